@@ -1,0 +1,39 @@
+# inaemu: the two commands a new machine needs are `make demo` and `make test`.
+# Both create .venv (Python 3.11) and install what they need on first use.
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench p4 clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/inaemu demo
+
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest
+
+bench: $(STAMP)
+	$(PY) bench/bench_softswitch.py
+
+p4:
+	$(MAKE) -C p4
+
+clean:
+	rm -rf $(VENV) p4/build .pytest_cache .mypy_cache .ruff_cache .hypothesis

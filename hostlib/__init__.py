@@ -1,0 +1,1 @@
+"""inaemu host library: wire format, transports, INA allreduce client, codecs."""

@@ -1,0 +1,250 @@
+"""The INA wire format, defined once (DESIGN §3); `p4/include/headers.p4` mirrors it.
+
+A frame is Ethernet / IPv4 (no options) / UDP (dport INA_UDP_PORT) / INA header / K lanes of
+32 bits, all big-endian. Every field the P4 header declares is listed in `INA_HEADER_FIELDS`, in
+order, with its width; `tests/test_wire_p4_agreement.py` reads the P4 source and checks it.
+
+Batch pack/unpack works on numpy structured arrays so that building or parsing thousands of
+frames costs a handful of vectorized operations, never a Python loop per lane.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+INA_UDP_PORT = 47500
+INA_VERSION = 1
+K = 64  # lanes per packet; a compile-time constant of the P4 program (INA_K)
+ETHERTYPE_IPV4 = 0x0800
+IP_PROTO_UDP = 17
+
+# (name, bits) in wire order, exactly as `header ina_t` in p4/include/headers.p4.
+INA_HEADER_FIELDS: tuple[tuple[str, int], ...] = (
+    ("version", 4),
+    ("flags", 4),
+    ("opcode", 8),
+    ("job_id", 16),
+    ("tree_id", 8),
+    ("lanes", 8),
+    ("slot", 16),
+    ("contrib", 16),
+    ("seq", 32),
+)
+INA_HEADER_BYTES = sum(bits for _, bits in INA_HEADER_FIELDS) // 8  # 14
+LANE_BITS = 32
+LANES_BYTES = K * LANE_BITS // 8
+ETH_BYTES, IPV4_BYTES, UDP_BYTES = 14, 20, 8
+INA_OFFSET = ETH_BYTES + IPV4_BYTES + UDP_BYTES  # 42
+FRAME_BYTES = INA_OFFSET + INA_HEADER_BYTES + LANES_BYTES  # 312 for K=64
+
+SLOT_SET_BIT = 0x8000  # slot bit 15 selects the shadow copy
+SLOT_INDEX_MASK = 0x7FFF
+MAX_FANIN = 32  # the per-slot bitmap register is 32 bits wide
+
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+
+
+class Flag(enum.IntFlag):
+    RESULT = 0x1  # set by a switch on a final result
+    RETX = 0x2  # a retransmission
+    OVERFLOW = 0x4  # a SUM saturated in this slot (sticky up the tree)
+
+
+class Opcode(enum.IntEnum):
+    SUM = 0  # signed 32-bit, saturating
+    OR = 1  # bitwise
+    MAX = 2  # signed
+
+
+def slot_field(index: int, set_: int) -> int:
+    """The 16-bit slot field: set in bit 15, index in bits 14..0."""
+    if not 0 <= index <= SLOT_INDEX_MASK:
+        raise ValueError(f"slot index {index} out of range 0..{SLOT_INDEX_MASK}")
+    return (SLOT_SET_BIT if set_ else 0) | index
+
+
+# One whole frame as a numpy record; '>' makes every multi-byte field big-endian.
+FRAME_DTYPE = np.dtype(
+    [
+        ("eth_dst", "u1", (6,)),
+        ("eth_src", "u1", (6,)),
+        ("eth_type", ">u2"),
+        ("ip_ver_ihl", "u1"),
+        ("ip_tos", "u1"),
+        ("ip_len", ">u2"),
+        ("ip_id", ">u2"),
+        ("ip_frag", ">u2"),
+        ("ip_ttl", "u1"),
+        ("ip_proto", "u1"),
+        ("ip_csum", ">u2"),
+        ("ip_src", ">u4"),
+        ("ip_dst", ">u4"),
+        ("udp_sport", ">u2"),
+        ("udp_dport", ">u2"),
+        ("udp_len", ">u2"),
+        ("udp_csum", ">u2"),
+        ("ver_flags", "u1"),
+        ("opcode", "u1"),
+        ("job_id", ">u2"),
+        ("tree_id", "u1"),
+        ("lanes", "u1"),
+        ("slot", ">u2"),
+        ("contrib", ">u2"),
+        ("seq", ">u4"),
+        ("values", ">i4", (K,)),
+    ]
+)
+assert FRAME_DTYPE.itemsize == FRAME_BYTES
+
+
+def mac_bytes(mac: str | bytes) -> bytes:
+    if isinstance(mac, bytes):
+        if len(mac) != 6:
+            raise ValueError(f"MAC address must be 6 bytes, got {len(mac)}")
+        return mac
+    parts = mac.split(":")
+    if len(parts) != 6:
+        raise ValueError(f"bad MAC address {mac!r}: expected six ':'-separated octets")
+    return bytes(int(p, 16) for p in parts)
+
+
+def ip_int(ip: str | int) -> int:
+    if isinstance(ip, int):
+        return ip
+    parts = ip.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
+        raise ValueError(f"bad IPv4 address {ip!r}")
+    a, b, c, d = (int(p) for p in parts)
+    return (a << 24) | (b << 16) | (c << 8) | d
+
+
+def ip_str(ip: int) -> str:
+    return ".".join(str((ip >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+
+def ipv4_checksum(header: bytes) -> int:
+    """RFC 791 one's-complement checksum of an IPv4 header (checksum field zeroed)."""
+    if len(header) % 2:
+        header += b"\0"
+    total: int = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return (~total) & 0xFFFF
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Addresses of one side of an INA exchange."""
+
+    mac: str
+    ip: str
+    udp_port: int = INA_UDP_PORT
+
+
+@dataclass
+class FrameTemplate:
+    """Ethernet/IPv4/UDP addressing shared by every frame a worker sends."""
+
+    src: Endpoint
+    dst: Endpoint
+    ttl: int = 64
+
+    def header_record(self) -> npt.NDArray[np.void]:
+        rec = np.zeros(1, dtype=FRAME_DTYPE)
+        rec["eth_dst"][0] = np.frombuffer(mac_bytes(self.dst.mac), dtype=np.uint8)
+        rec["eth_src"][0] = np.frombuffer(mac_bytes(self.src.mac), dtype=np.uint8)
+        rec["eth_type"] = ETHERTYPE_IPV4
+        rec["ip_ver_ihl"] = 0x45
+        rec["ip_len"] = FRAME_BYTES - ETH_BYTES
+        rec["ip_ttl"] = self.ttl
+        rec["ip_proto"] = IP_PROTO_UDP
+        rec["ip_src"] = ip_int(self.src.ip)
+        rec["ip_dst"] = ip_int(self.dst.ip)
+        raw = rec.tobytes()[ETH_BYTES : ETH_BYTES + IPV4_BYTES]
+        rec["ip_csum"] = ipv4_checksum(raw)
+        rec["udp_sport"] = self.src.udp_port
+        rec["udp_dport"] = self.dst.udp_port
+        rec["udp_len"] = FRAME_BYTES - ETH_BYTES - IPV4_BYTES
+        return rec
+
+
+def pack_frames(
+    template: FrameTemplate,
+    *,
+    opcode: int,
+    job_id: int,
+    tree_id: npt.ArrayLike,
+    slot: npt.ArrayLike,
+    seq: npt.ArrayLike,
+    values: npt.NDArray[np.int32],
+    lanes: npt.ArrayLike = K,
+    flags: npt.ArrayLike = 0,
+    contrib: int = 1,
+) -> npt.NDArray[np.void]:
+    """Build len(values) frames at once; `values` is (n, K) int32, unused lanes zero."""
+    values = np.asarray(values)
+    if values.ndim != 2 or values.shape[1] != K:
+        raise ValueError(f"values must have shape (n, {K}), got {values.shape}")
+    n = values.shape[0]
+    frames = np.repeat(template.header_record(), n)
+    frames["ver_flags"] = (INA_VERSION << 4) | (np.asarray(flags, dtype=np.uint8) & 0xF)
+    frames["opcode"] = opcode
+    frames["job_id"] = job_id
+    frames["tree_id"] = tree_id
+    frames["lanes"] = lanes
+    frames["slot"] = slot
+    frames["contrib"] = contrib
+    frames["seq"] = seq
+    frames["values"] = values
+    return frames
+
+
+def parse_frames(buf: bytes | bytearray | memoryview, count: int = -1) -> npt.NDArray[np.void]:
+    """View a concatenation of whole INA frames as records (no copy)."""
+    return np.frombuffer(buf, dtype=FRAME_DTYPE, count=count)
+
+
+@dataclass(frozen=True)
+class InaHeader:
+    """One INA header as Python integers (for tests, tools and slow paths)."""
+
+    version: int = INA_VERSION
+    flags: int = 0
+    opcode: int = Opcode.SUM
+    job_id: int = 0
+    tree_id: int = 0
+    lanes: int = K
+    slot: int = 0
+    contrib: int = 1
+    seq: int = 0
+
+    def pack(self) -> bytes:
+        return struct.pack(
+            "!BBHBBHHI",
+            ((self.version & 0xF) << 4) | (self.flags & 0xF),
+            self.opcode,
+            self.job_id,
+            self.tree_id,
+            self.lanes,
+            self.slot,
+            self.contrib,
+            self.seq,
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> InaHeader:
+        if len(data) < INA_HEADER_BYTES:
+            raise ValueError(f"INA header needs {INA_HEADER_BYTES} bytes, got {len(data)}")
+        vf, op, job, tree, lanes, slot, contrib, seq = struct.unpack(
+            "!BBHBBHHI", data[:INA_HEADER_BYTES]
+        )
+        return cls(vf >> 4, vf & 0xF, op, job, tree, lanes, slot, contrib, seq)
+
+
+assert struct.calcsize("!BBHBBHHI") == INA_HEADER_BYTES

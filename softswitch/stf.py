@@ -1,0 +1,300 @@
+"""Conformance cases in p4c's STF format, and a runner that checks any target against them.
+
+The subset understood here is the one p4c's bmv2 STF runner (backends/bmv2/bmv2stf.py) accepts,
+so the same files check bmv2:
+
+    # comment
+    add <table> <key>:<value> ... <action>(<param>:<value>,...)
+    setdefault <table> <action>(<param>:<value>,...)
+    mc_mgrp_create <mgid>
+    mc_node_create <rid> <port> [<port> ...]          (node handles count from 0)
+    mc_node_associate <mgid> <node handle>
+    packet <port> <hex bytes, spaces allowed>
+    expect <port> <hex bytes, '*' nibbles are wildcards> [$]
+    check_counter <counter>(<index>) packets|bytes == <n>
+
+Values are decimal or 0x-hex; an LPM key is full-width hex with '*' nibbles past the prefix
+(0x0A0000** is 10.0.0.0/24), as bmv2stf.py wants. `expect` without '$' matches a prefix of the
+packet. Packets emitted on a port are matched against that port's expectations in order, and
+a packet on a port with no expectation left fails the case. p4c's bmv2 runner ignores
+`check_counter`; our targets check it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class StfError(ValueError):
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    value: int
+    prefix_len: int | None = None  # LPM only
+
+
+@dataclass(frozen=True)
+class AddEntry:
+    table: str
+    keys: tuple[Key, ...]
+    action: str
+    params: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class SetDefault:
+    table: str
+    action: str
+    params: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class McGroupCreate:
+    mgid: int
+
+
+@dataclass(frozen=True)
+class McNodeCreate:
+    rid: int
+    ports: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class McNodeAssociate:
+    mgid: int
+    handle: int
+
+
+@dataclass(frozen=True)
+class Packet:
+    port: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Expect:
+    port: int
+    pattern: str  # hex nibbles, '*' wildcards
+    exact_length: bool
+
+    def matches(self, data: bytes) -> bool:
+        got = data.hex()
+        if self.exact_length and len(got) != len(self.pattern):
+            return False
+        if len(got) < len(self.pattern):
+            return False
+        return all(p == "*" or p == g for p, g in zip(self.pattern, got, strict=False))
+
+
+@dataclass(frozen=True)
+class CheckCounter:
+    counter: str
+    index: int
+    unit: str  # "packets" or "bytes"
+    value: int
+
+
+Command = (
+    AddEntry
+    | SetDefault
+    | McGroupCreate
+    | McNodeCreate
+    | McNodeAssociate
+    | Packet
+    | Expect
+    | CheckCounter
+)
+
+
+@dataclass
+class StfCase:
+    name: str
+    commands: list[Command] = field(default_factory=list)
+
+
+def _int(text: str, where: tuple[str, int]) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise StfError(*where, f"not a number: {text!r}") from None
+
+
+def _key(text: str, where: tuple[str, int]) -> Key:
+    name, sep, value = text.partition(":")
+    if not sep or not name or not value:
+        raise StfError(*where, f"key must be name:value, got {text!r}")
+    if "*" in value:
+        if not value.lower().startswith("0x"):
+            raise StfError(*where, f"a wildcard key must be hex: {text!r}")
+        digits = value[2:]
+        stripped = digits.rstrip("*")
+        if "*" in stripped:
+            raise StfError(
+                *where, f"only trailing '*' nibbles (an LPM prefix) are supported: {text!r}"
+            )
+        plen = 4 * len(stripped)
+        full = int((stripped or "0") + "0" * (len(digits) - len(stripped)), 16)
+        return Key(name, full, plen)
+    return Key(name, _int(value, where))
+
+
+_ACTION = re.compile(r"^([\w.]+)\((.*)\)$")
+
+
+def _action(text: str, where: tuple[str, int]) -> tuple[str, tuple[tuple[str, int], ...]]:
+    m = _ACTION.match(text)
+    if m is None:
+        raise StfError(*where, f"action must be name(param:value,...), got {text!r}")
+    params = []
+    for part in filter(None, (p.strip() for p in m.group(2).split(","))):
+        pname, sep, pval = part.partition(":")
+        if not sep:
+            raise StfError(*where, f"action parameter must be name:value, got {part!r}")
+        params.append((pname.strip(), _int(pval.strip(), where)))
+    return m.group(1), tuple(params)
+
+
+def parse_stf(text: str, name: str = "<stf>") -> StfCase:
+    case = StfCase(name)
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = (name, lineno)
+        words = line.split()
+        cmd, args = words[0], words[1:]
+        if cmd == "add":
+            # the action is the last word that contains '(' ... ')' (no spaces inside)
+            joined = " ".join(args)
+            head, paren, tail = joined.partition("(")
+            if not paren:
+                raise StfError(*where, "add needs an action call")
+            head_words = head.split()
+            if len(head_words) < 2:
+                raise StfError(*where, "add needs a table, keys and an action")
+            action_text = head_words[-1] + "(" + tail.replace(" ", "")
+            action, params = _action(action_text, where)
+            table = head_words[0]
+            keys = tuple(_key(k, where) for k in head_words[1:-1])
+            case.commands.append(AddEntry(table, keys, action, params))
+        elif cmd == "setdefault":
+            if len(args) < 2:
+                raise StfError(*where, "setdefault needs a table and an action")
+            action, params = _action("".join(args[1:]), where)
+            case.commands.append(SetDefault(args[0], action, params))
+        elif cmd == "mc_mgrp_create":
+            case.commands.append(McGroupCreate(_int(args[0], where)))
+        elif cmd == "mc_node_create":
+            if len(args) < 2:
+                raise StfError(*where, "mc_node_create needs a rid and ports")
+            ports = tuple(_int(a, where) for a in args[1:])
+            case.commands.append(McNodeCreate(_int(args[0], where), ports))
+        elif cmd == "mc_node_associate":
+            case.commands.append(McNodeAssociate(_int(args[0], where), _int(args[1], where)))
+        elif cmd == "packet":
+            data = "".join(args[1:])
+            try:
+                payload = bytes.fromhex(data)
+            except ValueError:
+                raise StfError(*where, "packet data must be hex") from None
+            case.commands.append(Packet(_int(args[0], where), payload))
+        elif cmd == "expect":
+            exact = bool(args) and args[-1] == "$"
+            body = "".join(args[1:-1] if exact else args[1:]).lower()
+            if exact and body.endswith("$"):
+                body = body[:-1]
+            if not re.fullmatch(r"[0-9a-f*]*", body):
+                raise StfError(*where, "expect data must be hex nibbles or '*'")
+            case.commands.append(Expect(_int(args[0], where), body, exact))
+        elif cmd == "check_counter":
+            m = re.fullmatch(r"([\w.]+)\((\w+)\)\s+(packets|bytes)\s*==\s*(\w+)", " ".join(args))
+            if m is None:
+                raise StfError(*where, "check_counter <counter>(<index>) packets|bytes == <n>")
+            case.commands.append(
+                CheckCounter(
+                    m.group(1), _int(m.group(2), where), m.group(3), _int(m.group(4), where)
+                )
+            )
+        else:
+            raise StfError(*where, f"unknown STF command {cmd!r}")
+    return case
+
+
+def load_stf(path: Path) -> StfCase:
+    return parse_stf(path.read_text(), str(path))
+
+
+class Target(Protocol):
+    """What a conformance target does; softswitch and bmv2 implement it."""
+
+    def add_entry(self, cmd: AddEntry) -> None: ...
+    def set_default(self, cmd: SetDefault) -> None: ...
+    def mc_group_create(self, mgid: int) -> None: ...
+    def mc_node_create(self, rid: int, ports: tuple[int, ...]) -> int: ...
+    def mc_node_associate(self, mgid: int, handle: int) -> None: ...
+    def send(self, port: int, data: bytes) -> list[tuple[int, bytes]]: ...
+    def read_counter(self, counter: str, index: int) -> tuple[int, int]: ...
+
+
+@dataclass
+class CaseResult:
+    failures: list[str]
+    packets_in: int
+    packets_out: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def run_case(case: StfCase, target: Target) -> CaseResult:
+    """Run every command; compare emitted packets with expectations port by port, in order."""
+    expected: dict[int, list[Expect]] = {}
+    emitted: dict[int, list[bytes]] = {}
+    failures: list[str] = []
+    packets_in = 0
+    for cmd in case.commands:
+        if isinstance(cmd, AddEntry):
+            target.add_entry(cmd)
+        elif isinstance(cmd, SetDefault):
+            target.set_default(cmd)
+        elif isinstance(cmd, McGroupCreate):
+            target.mc_group_create(cmd.mgid)
+        elif isinstance(cmd, McNodeCreate):
+            target.mc_node_create(cmd.rid, cmd.ports)
+        elif isinstance(cmd, McNodeAssociate):
+            target.mc_node_associate(cmd.mgid, cmd.handle)
+        elif isinstance(cmd, Packet):
+            packets_in += 1
+            for port, data in target.send(cmd.port, cmd.data):
+                emitted.setdefault(port, []).append(data)
+        elif isinstance(cmd, Expect):
+            expected.setdefault(cmd.port, []).append(cmd)
+        elif isinstance(cmd, CheckCounter):
+            packets, nbytes = target.read_counter(cmd.counter, cmd.index)
+            got = packets if cmd.unit == "packets" else nbytes
+            if got != cmd.value:
+                failures.append(
+                    f"counter {cmd.counter}({cmd.index}) {cmd.unit}: "
+                    f"expected {cmd.value}, got {got}"
+                )
+    for port in sorted(set(expected) | set(emitted)):
+        exp, out = expected.get(port, []), emitted.get(port, [])
+        for i, data in enumerate(out):
+            if i >= len(exp):
+                failures.append(f"port {port}: unexpected packet #{i}: {data.hex()}")
+            elif not exp[i].matches(data):
+                failures.append(
+                    f"port {port}: packet #{i} differs\n  expected {exp[i].pattern}\n"
+                    f"  got      {data.hex()}"
+                )
+        for i in range(len(out), len(exp)):
+            failures.append(f"port {port}: expected packet #{i} never came: {exp[i].pattern}")
+    return CaseResult(failures, packets_in, sum(len(v) for v in emitted.values()))

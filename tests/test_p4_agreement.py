@@ -1,0 +1,94 @@
+"""The P4 source, the committed P4Info, the Python wire format and the softswitch constants
+agree: one fact, defined once in Python, mirrored once in P4, checked here."""
+
+from __future__ import annotations
+
+import re
+
+from hostlib import wire
+from softswitch import constants
+from softswitch.p4info import load_p4info, p4info_diff
+from softswitch.pipeline import Pipeline
+from tests import p4source
+
+SRC = p4source.read_sources()
+DEFS = p4source.defines(SRC)
+CONSTS = p4source.consts(SRC)
+
+
+def test_ina_header_matches_wire_format() -> None:
+    assert p4source.header_fields(SRC, "ina_t") == list(wire.INA_HEADER_FIELDS)
+
+
+def test_lanes_match_k() -> None:
+    assert DEFS["INA_K"] == wire.K
+    lanes_src = p4source.header_fields(SRC, "ina_lanes_t")
+    # the header is written with a macro: one `bit<32> v##i;` expanded INA_K times
+    assert lanes_src == [] and "bit<32> v##i;" in SRC
+    assert wire.LANE_BITS == 32
+
+
+def test_wire_constants() -> None:
+    assert CONSTS["INA_UDP_PORT"] == (16, wire.INA_UDP_PORT)
+    assert CONSTS["INA_VERSION"] == (4, wire.INA_VERSION)
+    assert CONSTS["ETHERTYPE_IPV4"][1] == wire.ETHERTYPE_IPV4
+    assert CONSTS["IP_PROTO_UDP"][1] == wire.IP_PROTO_UDP
+    for flag in wire.Flag:
+        assert CONSTS[f"FLAG_{flag.name}"] == (4, int(flag))
+    for op in wire.Opcode:
+        assert CONSTS[f"OP_{op.name}"] == (8, int(op))
+
+
+def test_switch_constants() -> None:
+    assert DEFS["INA_SLOTS"] == constants.INA_SLOTS
+    assert DEFS["INA_PORTS"] == constants.INA_PORTS
+    assert DEFS["INA_DROP_REASONS"] == constants.INA_DROP_REASONS == len(constants.DropReason)
+    assert DEFS["INA_EVENTS"] == constants.INA_EVENTS == len(constants.Event)
+    assert CONSTS["STATE_READY"][1] == constants.STATE_READY
+    assert CONSTS["STATE_OVERFLOW"][1] == constants.STATE_OVERFLOW
+    drops = {k[5:]: v for k, (_, v) in CONSTS.items() if k.startswith("DROP_")}
+    assert drops == {r.name: int(r) for r in constants.DropReason}
+    events = {k[3:]: v for k, (_, v) in CONSTS.items() if k.startswith("EV_")}
+    assert events == {e.name: int(e) for e in constants.Event}
+
+
+def test_committed_p4info_matches_source() -> None:
+    """What p4c would emit (read from the source and its @ids) equals the committed P4Info."""
+    diffs = p4info_diff(p4source.p4info_from_source(SRC), load_p4info().message)
+    assert diffs == []
+
+
+def test_every_object_is_id_pinned() -> None:
+    info = p4source.p4info_from_source(SRC)
+    n_objects = sum(
+        len(x)
+        for x in (info.tables, info.actions, info.counters, info.direct_counters, info.registers)
+    )
+    declared = (
+        len(re.findall(r"\btable\s+\w+\s*\{", SRC))
+        + len(re.findall(r"\baction\s+\w+\s*\(", SRC))
+        + len(re.findall(r"\b(?:direct_)?counter\(", SRC))
+        + len(re.findall(r"\bregister<", SRC))
+    )
+    assert SRC.count("@id(") == n_objects == declared == 25
+
+
+def test_softswitch_serves_the_same_objects() -> None:
+    """The softswitch's tables and counters are exactly the P4Info's, with the same sizes."""
+    p4info = load_p4info()
+    pipe = Pipeline()
+    assert {t.name: t.size for t in p4info.tables.values()} == {
+        n: t.size for n, t in pipe.tables.items()
+    }
+    assert {c.preamble.name: c.size for c in p4info.message.counters} == {
+        n: c.size for n, c in pipe.counters.items()
+    }
+    const_default = {
+        t.preamble.name: p4info.actions[t.const_default_action_id].alias
+        for t in p4info.message.tables
+        if t.const_default_action_id
+    }
+    assert const_default == {n: t.default.name for n, t in pipe.tables.items() if t.const_default}
+    regs = {r.preamble.name: r.size for r in p4info.message.registers}
+    assert regs["InaIngress.agg.reg_lanes"] == pipe.registers.lanes.size
+    assert regs["InaIngress.agg.reg_bitmap"] == len(pipe.registers.bitmap)
