@@ -28,7 +28,7 @@ class DropReason(enum.IntEnum):
     SLOT_RANGE = 6
     NOT_MEMBER = 7
     UNEXPECTED_RESULT = 8
-    STALE_RESULT = 9
+    STALE = 9  # a result or contribution for a use of the cell that is not current
     DUPLICATE = 10
     LOSS = 11
     NO_ROUTE = 12

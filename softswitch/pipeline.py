@@ -268,7 +268,7 @@ class Pipeline:
             if is_root == 1 or ingress_port != parent_port:
                 return DropReason.UNEXPECTED_RESULT, 0, 0, False
             if seq != r.seq[cell]:
-                return DropReason.STALE_RESULT, 0, 0, False
+                return DropReason.STALE, 0, 0, False
             r.lanes[cell] = np.frombuffer(pkt, _BE_LANES, K, LANES_OFF)
             state = STATE_READY | (STATE_OVERFLOW if flags & Flag.OVERFLOW else 0)
             r.state[cell] = state
@@ -285,6 +285,7 @@ class Pipeline:
         child_bit = (1 << child_index) & 0xFFFFFFFF
         bitmap = r.bitmap[cell]
         count = r.count[cell]
+        stored_seq = r.seq[cell]
 
         if bitmap & child_bit:
             # 2. A retransmission from a child already counted in this use.
@@ -301,6 +302,10 @@ class Pipeline:
                 events.count(Event.RETX_UP, length)
                 return DropReason.NONE, parent_port, 0, False
             return DropReason.DUPLICATE, 0, 0, False
+        if count != 0 and count != fanin and seq != stored_seq:
+            return DropReason.STALE, 0, 0, False  # an older chunk's copy
+        if count == fanin and seq == stored_seq:
+            return DropReason.STALE, 0, 0, False  # a late copy of the completed use
 
         # 3. A new contribution.
         r.bitmap[cell] = bitmap | child_bit

@@ -14,6 +14,9 @@
  *     ones combine by opcode (SUM saturating with sticky OVERFLOW, OR, MAX signed).
  *     When count reaches fanin the root marks READY and multicasts the result (RESULT flag)
  *     to child_mgid; a non-root forwards its partial to parent_port.
+ * A new contribution whose seq is not the use in progress (or is the seq of the use just
+ * completed) is a copy that outlived its round: dropped as DROP_STALE. Hosts number chunks
+ * per job without restarting, so a new use of a cell always carries a new seq.
  * A RESULT from parent_port (non-root only) for the seq this cell aggregated is stored
  * (READY) and multicast to the children; any other RESULT is dropped.
  */
@@ -134,7 +137,7 @@ control Aggregation(inout headers_t hdr,
         } else if (!ina_job.apply().hit) {
             meta.drop_reason = DROP_UNKNOWN_JOB;
         } else {
-            meta.set = hdr.ina.slot[15:15];
+            meta.slot_set = hdr.ina.slot[15:15];
             meta.slot_index = hdr.ina.slot[14:0];
             if ((bit<16>)meta.slot_index >= meta.pool_size) {
                 meta.drop_reason = DROP_SLOT_RANGE;
@@ -142,10 +145,10 @@ control Aggregation(inout headers_t hdr,
         }
 
         if (meta.drop_reason == DROP_NONE) {
-            meta.cell = (((bit<32>)meta.base + (bit<32>)meta.slot_index) << 1) | (bit<32>)meta.set;
+            meta.cell = (((bit<32>)meta.base + (bit<32>)meta.slot_index) << 1) | (bit<32>)meta.slot_set;
             meta.other_cell = meta.cell ^ 1;
             meta.lane_base = meta.cell * INA_K;
-            reg_state.read(meta.state, meta.cell);
+            reg_state.read(meta.cell_state, meta.cell);
             reg_contrib.read(meta.contrib, meta.cell);
 
             if ((hdr.ina.flags & FLAG_RESULT) != 0) {
@@ -154,14 +157,14 @@ control Aggregation(inout headers_t hdr,
                 if (meta.is_root == 1 || standard_metadata.ingress_port != meta.parent_port) {
                     meta.drop_reason = DROP_UNEXPECTED_RESULT;
                 } else if (hdr.ina.seq != meta.stored_seq) {
-                    meta.drop_reason = DROP_STALE_RESULT;
+                    meta.drop_reason = DROP_STALE;
                 } else {
                     INA_FOR_EACH_LANE(INA_LANE_STORE)
-                    meta.state = STATE_READY;
+                    meta.cell_state = STATE_READY;
                     if ((hdr.ina.flags & FLAG_OVERFLOW) != 0) {
-                        meta.state = meta.state | STATE_OVERFLOW;
+                        meta.cell_state = meta.cell_state | STATE_OVERFLOW;
                     }
-                    reg_state.write(meta.cell, meta.state);
+                    reg_state.write(meta.cell, meta.cell_state);
                     reg_contrib.write(meta.cell, hdr.ina.contrib);
                     standard_metadata.mcast_grp = meta.child_mgid;
                     ina_events.count(EV_PARENT_RESULT);
@@ -172,13 +175,14 @@ control Aggregation(inout headers_t hdr,
                 meta.child_bit = 32w1 << meta.child_index;
                 reg_bitmap.read(meta.bitmap, meta.cell);
                 reg_count.read(meta.count, meta.cell);
+                reg_seq.read(meta.stored_seq, meta.cell);
 
                 if ((meta.bitmap & meta.child_bit) != 0) {
                     /* 2. A retransmission from a child already counted in this use. */
-                    if ((meta.state & STATE_READY) != 0) {
+                    if ((meta.cell_state & STATE_READY) != 0) {
                         INA_FOR_EACH_LANE(INA_LANE_LOAD)
                         hdr.ina.flags = FLAG_RESULT;
-                        if ((meta.state & STATE_OVERFLOW) != 0) {
+                        if ((meta.cell_state & STATE_OVERFLOW) != 0) {
                             hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
                         }
                         hdr.ina.contrib = meta.contrib;
@@ -187,7 +191,7 @@ control Aggregation(inout headers_t hdr,
                     } else if (meta.count == meta.fanin) {
                         INA_FOR_EACH_LANE(INA_LANE_LOAD)
                         hdr.ina.flags = FLAG_RETX;
-                        if ((meta.state & STATE_OVERFLOW) != 0) {
+                        if ((meta.cell_state & STATE_OVERFLOW) != 0) {
                             hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
                         }
                         hdr.ina.contrib = meta.contrib;
@@ -196,6 +200,13 @@ control Aggregation(inout headers_t hdr,
                     } else {
                         meta.drop_reason = DROP_DUPLICATE;
                     }
+                } else if (meta.count != 0 && meta.count != meta.fanin &&
+                           hdr.ina.seq != meta.stored_seq) {
+                    /* A copy of an older chunk that outlived its use of this cell. */
+                    meta.drop_reason = DROP_STALE;
+                } else if (meta.count == meta.fanin && hdr.ina.seq == meta.stored_seq) {
+                    /* A late copy of the completed use, from a child that has moved on. */
+                    meta.drop_reason = DROP_STALE;
                 } else {
                     /* 3. A new contribution. */
                     reg_bitmap.write(meta.cell, meta.bitmap | meta.child_bit);
@@ -207,7 +218,7 @@ control Aggregation(inout headers_t hdr,
                         INA_FOR_EACH_LANE(INA_LANE_STORE)
                         meta.count = 1;
                         meta.contrib = hdr.ina.contrib;
-                        meta.state = 0;
+                        meta.cell_state = 0;
                         reg_seq.write(meta.cell, hdr.ina.seq);
                         ina_events.count(EV_FIRST);
                     } else {
@@ -222,22 +233,22 @@ control Aggregation(inout headers_t hdr,
                         meta.contrib = meta.contrib + hdr.ina.contrib;
                     }
                     if (meta.overflow == 1) {
-                        meta.state = meta.state | STATE_OVERFLOW;
+                        meta.cell_state = meta.cell_state | STATE_OVERFLOW;
                         ina_events.count(EV_OVERFLOW);
                     }
                     if ((hdr.ina.flags & FLAG_OVERFLOW) != 0) {
-                        meta.state = meta.state | STATE_OVERFLOW;
+                        meta.cell_state = meta.cell_state | STATE_OVERFLOW;
                     }
 
                     /* 4. Completion. */
                     if (meta.count == meta.fanin) {
                         hdr.ina.contrib = meta.contrib;
                         hdr.ina.flags = 0;
-                        if ((meta.state & STATE_OVERFLOW) != 0) {
+                        if ((meta.cell_state & STATE_OVERFLOW) != 0) {
                             hdr.ina.flags = FLAG_OVERFLOW;
                         }
                         if (meta.is_root == 1) {
-                            meta.state = meta.state | STATE_READY;
+                            meta.cell_state = meta.cell_state | STATE_READY;
                             hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
                             standard_metadata.mcast_grp = meta.child_mgid;
                             ina_events.count(EV_COMPLETE_ROOT);
@@ -250,7 +261,7 @@ control Aggregation(inout headers_t hdr,
                     }
                     reg_count.write(meta.cell, meta.count);
                     reg_contrib.write(meta.cell, meta.contrib);
-                    reg_state.write(meta.cell, meta.state);
+                    reg_state.write(meta.cell, meta.cell_state);
                 }
             }
         }

@@ -73,7 +73,7 @@ struct metadata_t {
     bit<8>  child_index;
     bit<32> child_bit;
     /* slot addressing */
-    bit<1>  set;
+    bit<1>  slot_set;
     bit<15> slot_index;
     bit<32> cell;            /* (base + slot_index) * 2 + set */
     bit<32> other_cell;      /* the same slot's other set */
@@ -83,7 +83,7 @@ struct metadata_t {
     bit<32> other_bitmap;
     bit<8>  count;
     bit<16> contrib;
-    bit<8>  state;
+    bit<8>  cell_state;
     bit<32> stored_seq;
     /* lane scratch */
     bit<32> acc;

@@ -358,6 +358,40 @@ Each use starts fresh: its first contribution overwrites the lanes left by the p
     return c
 
 
+def case_stale_copies() -> Case:
+    c = Case(
+        "stale_copies",
+        """
+Copies that outlive their round are dropped as DROP_STALE instead of corrupting the next use
+of the cell (W=1, so chunk i uses slot 0, set i mod 2): a late copy of the completed use from
+a worker that has moved on, and a copy of an old chunk arriving mid-way through a new use.""",
+    )
+    ports = star(c, 2, pool=1)
+
+    def chunk(p: int, i: int) -> Ina:
+        return Ina(host(p), SWITCH, (i + 1, p), slot=0, set_=i % 2, seq=i)
+
+    c.packet(1, chunk(1, 0))
+    c.packet(2, chunk(2, 0))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 0), (2, 3), contrib=2))
+    c.packet(1, chunk(1, 1))
+    c.comment("late copy of worker 1's chunk 0: set 0 is complete with seq 0 -> stale")
+    c.packet(1, chunk(1, 0))
+    c.packet(2, chunk(2, 1))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 1), (4, 3), contrib=2))
+    c.packet(1, chunk(1, 2))
+    c.comment("late copy of worker 2's chunk 0 while chunk 2 is being summed -> stale")
+    c.packet(2, chunk(2, 0))
+    c.packet(2, chunk(2, 2))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 2), (6, 3), contrib=2))
+    c.drops(DropReason.STALE, 2)
+    c.events(Event.FIRST, 3)
+    return c
+
+
 def case_malformed() -> Case:
     c = Case(
         "malformed",
@@ -495,7 +529,7 @@ Afterwards a worker's retransmission is answered locally.""",
         2,
         replace(retx2, dst=host(2), values=(7, 70), flags=int(Flag.RESULT), contrib=4, udp_csum=0),
     )
-    c.drops(DropReason.STALE_RESULT, 1)
+    c.drops(DropReason.STALE, 1)
     c.drops(DropReason.UNEXPECTED_RESULT, 1)
     c.events(Event.COMPLETE_UP, 1)
     c.events(Event.RETX_UP, 1)
@@ -634,6 +668,7 @@ CASES = [
     case_duplicates(),
     case_lost_result(),
     case_slot_reuse(),
+    case_stale_copies(),
     case_malformed(),
     case_saturation(),
     case_two_jobs(),

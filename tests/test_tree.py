@@ -1,0 +1,139 @@
+"""A two-level aggregation tree of softswitch pipelines: leaf -> root -> leaf, with loss."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hostlib.wire import (
+    INA_OFFSET,
+    K,
+    Endpoint,
+    Flag,
+    FrameTemplate,
+    InaHeader,
+    Opcode,
+    pack_frames,
+    parse_frames,
+    slot_field,
+)
+from softswitch.constants import DropReason, Event
+from softswitch.fabric import Fabric
+from softswitch.state import ActionCall, TableEntry
+
+SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
+HOSTS = {f"h{i}": Endpoint(f"00:00:00:00:00:{i:02x}", f"10.0.0.{i}") for i in range(1, 5)}
+
+
+def build() -> Fabric:
+    """leaf1 (h1, h2) and leaf2 (h3, h4), each port 3 up to root ports 1 and 2."""
+    fab = Fabric()
+    for name in ("leaf1", "leaf2", "root"):
+        fab.add_switch(name)
+    fab.link("leaf1", 3, "root", 1)
+    fab.link("leaf2", 3, "root", 2)
+    for leaf, hosts in (("leaf1", ("h1", "h2")), ("leaf2", ("h3", "h4"))):
+        sw = fab.switches[leaf]
+        sw.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 0, 3))))
+        sw.multicast.insert(1, [(1, 0), (2, 0)])
+        for i, h in enumerate(hosts):
+            fab.attach_host(h, leaf, i + 1)
+            sw.ina_child.insert(TableEntry((1, 0, i + 1), ActionCall("set_child", (i,))))
+            mac = int(HOSTS[h].mac.replace(":", ""), 16)
+            ip = int.from_bytes(bytes(int(x) for x in HOSTS[h].ip.split(".")), "big")
+            sw.ina_egress.insert(TableEntry((i + 1,), ActionCall("to_host", (mac, ip))))
+    root = fab.switches["root"]
+    root.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 1, 0))))
+    root.multicast.insert(1, [(1, 0), (2, 0)])
+    for i in range(2):
+        root.ina_child.insert(TableEntry((1, 0, i + 1), ActionCall("set_child", (i,))))
+    return fab
+
+
+def frame(host: str, values: np.ndarray, seq: int = 0, retx: bool = False) -> bytes:
+    return pack_frames(
+        FrameTemplate(HOSTS[host], SWITCH),
+        opcode=Opcode.SUM,
+        job_id=1,
+        tree_id=0,
+        slot=slot_field(seq % 4, (seq // 4) % 2),
+        seq=seq,
+        values=values[None, :],
+        flags=int(Flag.RETX) if retx else 0,
+    ).tobytes()
+
+
+def check_results(delivered: list[tuple[str, bytes]], hosts: set[str], total: np.ndarray) -> None:
+    assert {h for h, _ in delivered} == hosts and len(delivered) == len(hosts)
+    for host, data in delivered:
+        rec = parse_frames(data)[0]
+        assert np.array_equal(rec["values"], total)
+        assert int(rec["contrib"]) == 4
+        assert int(rec["ver_flags"]) & 0xF == Flag.RESULT
+        assert InaHeader.unpack(data[INA_OFFSET:]).seq == 0
+        assert int(rec["ip_dst"]) == int.from_bytes(
+            bytes(int(x) for x in HOSTS[host].ip.split(".")), "big"
+        )
+
+
+def test_two_level_tree_sums_all_four_workers() -> None:
+    fab = build()
+    vals = {
+        h: np.random.default_rng(i).integers(-1000, 1000, K).astype(np.int32)
+        for i, h in enumerate(HOSTS)
+    }
+    total = sum(v.astype(np.int64) for v in vals.values())
+    delivered = []
+    for h in HOSTS:
+        delivered += fab.send(h, frame(h, vals[h]))
+    check_results(delivered, set(HOSTS), total)
+    assert fab.switches["root"].ina_events.packets[Event.COMPLETE_ROOT] == 1
+    for leaf in ("leaf1", "leaf2"):
+        assert fab.switches[leaf].ina_events.packets[Event.COMPLETE_UP] == 1
+        assert fab.switches[leaf].ina_events.packets[Event.PARENT_RESULT] == 1
+
+
+def test_lost_upward_partial_recovered_by_retx() -> None:
+    fab = build()
+    vals = {h: np.full(K, i + 1, dtype=np.int32) for i, h in enumerate(HOSTS)}
+    total = np.full(K, 10, dtype=np.int64)
+    lost: list[bytes] = []
+
+    def lose_first_partial(switch: str, port: int, data: bytes) -> bool:
+        if (switch, port) == ("leaf1", 3) and not lost:
+            lost.append(data)
+            return True
+        return False
+
+    fab.drop = lose_first_partial
+    delivered = []
+    for h in HOSTS:
+        delivered += fab.send(h, frame(h, vals[h]))
+    assert delivered == [], "leaf1's partial was lost: nobody can have a result yet"
+    # h1 times out and retransmits: leaf1 (complete, waiting) re-sends its partial with RETX
+    delivered = fab.send("h1", frame("h1", vals["h1"], retx=True))
+    check_results(delivered, set(HOSTS), total)
+    assert fab.switches["leaf1"].ina_events.packets[Event.RETX_UP] == 1
+
+
+def test_lost_downward_result_recovered_from_root() -> None:
+    fab = build()
+    vals = {h: np.full(K, -(i + 1), dtype=np.int32) for i, h in enumerate(HOSTS)}
+    total = np.full(K, -10, dtype=np.int64)
+    fab.drop = lambda sw, port, f: (sw, port) == ("root", 2)  # root -> leaf2 cut
+    delivered = []
+    for h in HOSTS:
+        delivered += fab.send(h, frame(h, vals[h]))
+    assert {h for h, _ in delivered} == {"h1", "h2"}
+    fab.drop = None
+    # h4 retransmits: leaf2 re-sends its partial, the root answers leaf2 alone (unicast),
+    # leaf2 stores the result and multicasts it to h3 and h4.
+    delivered = fab.send("h4", frame("h4", vals["h4"], retx=True))
+    check_results(delivered, {"h3", "h4"}, total)
+    root = fab.switches["root"]
+    assert root.ina_events.packets[Event.RETX_REPLY] == 1
+    # h3 retransmits too late: leaf2 answers it locally, the root sees nothing
+    rx_before = sum(root.port_rx.packets)
+    delivered = fab.send("h3", frame("h3", vals["h3"], retx=True))
+    check_results(delivered, {"h3"}, total)
+    assert sum(root.port_rx.packets) == rx_before
+    assert fab.switches["leaf2"].ina_drops.packets[DropReason.NONE] == 0
