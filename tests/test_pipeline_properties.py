@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from hostlib.wire import (
     INA_OFFSET,
-    K,
     Endpoint,
     Flag,
     FrameTemplate,
     InaHeader,
+    K,
     Opcode,
     pack_frames,
     parse_frames,

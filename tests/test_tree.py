@@ -6,11 +6,11 @@ import numpy as np
 
 from hostlib.wire import (
     INA_OFFSET,
-    K,
     Endpoint,
     Flag,
     FrameTemplate,
     InaHeader,
+    K,
     Opcode,
     pack_frames,
     parse_frames,
