@@ -1,8 +1,8 @@
 """Scapy layers for INA, built from hostlib.wire (never a second copy of the format).
 
-    from hostlib.scapy_ina import INA
-    pkt = Ether() / IP() / UDP(dport=INA_UDP_PORT) / INA(job_id=1, values=[1, 2, 3])
-    INA in Ether(bytes(pkt))   # True: bound to the INA UDP port both ways
+from hostlib.scapy_ina import INA
+pkt = Ether() / IP() / UDP(dport=INA_UDP_PORT) / INA(job_id=1, values=[1, 2, 3])
+INA in Ether(bytes(pkt))   # True: bound to the INA UDP port both ways
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ from hostlib.wire import INA_HEADER_FIELDS, INA_UDP_PORT, INA_VERSION, K
 _DEFAULTS = {"version": INA_VERSION, "lanes": K, "contrib": 1}
 
 
-class INA(Packet):  # type: ignore[misc]
+class INA(Packet):
     """INA header followed by exactly K signed 32-bit lanes (shorter lists are zero-padded)."""
 
     name = "INA"
     fields_desc = [
         *(BitField(name, _DEFAULTS.get(name, 0), bits) for name, bits in INA_HEADER_FIELDS),
-        FieldListField(
-            "values", [], SignedIntField("value", 0), count_from=lambda _pkt: K
-        ),
+        FieldListField("values", [], SignedIntField("value", 0), count_from=lambda _pkt: K),
     ]
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:

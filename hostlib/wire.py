@@ -69,7 +69,24 @@ def slot_field(index: int, set_: int) -> int:
     return (SLOT_SET_BIT if set_ else 0) | index
 
 
-# One whole frame as a numpy record; '>' makes every multi-byte field big-endian.
+# The INA part of a frame (header + K lanes) as a numpy record: what transports carry and the
+# client works on. '>' makes every multi-byte field big-endian.
+INA_FIELDS_DTYPE: list[tuple[str, str] | tuple[str, str, tuple[int, ...]]] = [
+    ("ver_flags", "u1"),
+    ("opcode", "u1"),
+    ("job_id", ">u2"),
+    ("tree_id", "u1"),
+    ("lanes", "u1"),
+    ("slot", ">u2"),
+    ("contrib", ">u2"),
+    ("seq", ">u4"),
+    ("values", ">i4", (K,)),
+]
+INA_DTYPE = np.dtype(INA_FIELDS_DTYPE)
+INA_BYTES = INA_HEADER_BYTES + LANES_BYTES  # 270 for K=64
+assert INA_DTYPE.itemsize == INA_BYTES
+
+# One whole frame: Ethernet / IPv4 / UDP / INA.
 FRAME_DTYPE = np.dtype(
     [
         ("eth_dst", "u1", (6,)),
@@ -89,15 +106,7 @@ FRAME_DTYPE = np.dtype(
         ("udp_dport", ">u2"),
         ("udp_len", ">u2"),
         ("udp_csum", ">u2"),
-        ("ver_flags", "u1"),
-        ("opcode", "u1"),
-        ("job_id", ">u2"),
-        ("tree_id", "u1"),
-        ("lanes", "u1"),
-        ("slot", ">u2"),
-        ("contrib", ">u2"),
-        ("seq", ">u4"),
-        ("values", ">i4", (K,)),
+        *INA_FIELDS_DTYPE,
     ]
 )
 assert FRAME_DTYPE.itemsize == FRAME_BYTES
@@ -155,6 +164,10 @@ class FrameTemplate:
     dst: Endpoint
     ttl: int = 64
 
+    def prefix(self) -> bytes:
+        """The 42 bytes of Ethernet/IPv4/UDP headers in front of every INA payload."""
+        return self.header_record().tobytes()[:INA_OFFSET]
+
     def header_record(self) -> npt.NDArray[np.void]:
         rec = np.zeros(1, dtype=FRAME_DTYPE)
         rec["eth_dst"][0] = np.frombuffer(mac_bytes(self.dst.mac), dtype=np.uint8)
@@ -174,6 +187,35 @@ class FrameTemplate:
         return rec
 
 
+def pack_payloads(
+    *,
+    opcode: int,
+    job_id: int,
+    tree_id: npt.ArrayLike,
+    slot: npt.ArrayLike,
+    seq: npt.ArrayLike,
+    values: npt.NDArray[np.int32],
+    lanes: npt.ArrayLike = K,
+    flags: npt.ArrayLike = 0,
+    contrib: int = 1,
+) -> npt.NDArray[np.void]:
+    """Build len(values) INA payloads (header + lanes) at once; `values` is (n, K) int32."""
+    values = np.asarray(values)
+    if values.ndim != 2 or values.shape[1] != K:
+        raise ValueError(f"values must have shape (n, {K}), got {values.shape}")
+    out = np.zeros(values.shape[0], dtype=INA_DTYPE)
+    out["ver_flags"] = (INA_VERSION << 4) | (np.asarray(flags, dtype=np.uint8) & 0xF)
+    out["opcode"] = opcode
+    out["job_id"] = job_id
+    out["tree_id"] = tree_id
+    out["lanes"] = lanes
+    out["slot"] = slot
+    out["contrib"] = contrib
+    out["seq"] = seq
+    out["values"] = values
+    return out
+
+
 def pack_frames(
     template: FrameTemplate,
     *,
@@ -187,27 +229,32 @@ def pack_frames(
     flags: npt.ArrayLike = 0,
     contrib: int = 1,
 ) -> npt.NDArray[np.void]:
-    """Build len(values) frames at once; `values` is (n, K) int32, unused lanes zero."""
-    values = np.asarray(values)
-    if values.ndim != 2 or values.shape[1] != K:
-        raise ValueError(f"values must have shape (n, {K}), got {values.shape}")
-    n = values.shape[0]
-    frames = np.repeat(template.header_record(), n)
-    frames["ver_flags"] = (INA_VERSION << 4) | (np.asarray(flags, dtype=np.uint8) & 0xF)
-    frames["opcode"] = opcode
-    frames["job_id"] = job_id
-    frames["tree_id"] = tree_id
-    frames["lanes"] = lanes
-    frames["slot"] = slot
-    frames["contrib"] = contrib
-    frames["seq"] = seq
-    frames["values"] = values
+    """Build len(values) whole frames at once; `values` is (n, K) int32, unused lanes zero."""
+    payloads = pack_payloads(
+        opcode=opcode,
+        job_id=job_id,
+        tree_id=tree_id,
+        slot=slot,
+        seq=seq,
+        values=values,
+        lanes=lanes,
+        flags=flags,
+        contrib=contrib,
+    )
+    frames = np.repeat(template.header_record(), len(payloads))
+    for name in INA_DTYPE.names or ():
+        frames[name] = payloads[name]
     return frames
 
 
 def parse_frames(buf: bytes | bytearray | memoryview, count: int = -1) -> npt.NDArray[np.void]:
     """View a concatenation of whole INA frames as records (no copy)."""
     return np.frombuffer(buf, dtype=FRAME_DTYPE, count=count)
+
+
+def parse_payloads(buf: bytes | bytearray | memoryview, count: int = -1) -> npt.NDArray[np.void]:
+    """View a concatenation of INA payloads (header + lanes) as records (no copy)."""
+    return np.frombuffer(buf, dtype=INA_DTYPE, count=count)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,9 @@ UDP_OFF = ETH_BYTES + IPV4_BYTES
 LANES_OFF = INA_OFFSET + INA_HEADER_BYTES
 FRAME_END = LANES_OFF + LANES_BYTES
 _BE_LANES = np.dtype(">i4")
+# Plain ints on the per-packet path: enum.Flag operators run in Python and cost microseconds.
+_RESULT, _RETX, _OVERFLOW = int(Flag.RESULT), int(Flag.RETX), int(Flag.OVERFLOW)
+_SUM, _OR, _MAX = int(Opcode.SUM), int(Opcode.OR), int(Opcode.MAX)
 
 
 @dataclass
@@ -240,7 +243,7 @@ class Pipeline:
         # 1. Validate the header, then the job.
         if version != INA_VERSION:
             return DropReason.BAD_VERSION, 0, 0, False
-        if opcode > Opcode.MAX:
+        if opcode > _MAX:
             return DropReason.BAD_OPCODE, 0, 0, False
         if lanes == 0 or lanes > K:
             return DropReason.BAD_LANES, 0, 0, False
@@ -263,14 +266,14 @@ class Pipeline:
         stored_contrib = r.contrib[cell]
         events = self.ina_events
 
-        if flags & Flag.RESULT:
+        if flags & _RESULT:
             # 5. A result coming down from the parent.
             if is_root == 1 or ingress_port != parent_port:
                 return DropReason.UNEXPECTED_RESULT, 0, 0, False
             if seq != r.seq[cell]:
                 return DropReason.STALE, 0, 0, False
             r.lanes[cell] = np.frombuffer(pkt, _BE_LANES, K, LANES_OFF)
-            state = STATE_READY | (STATE_OVERFLOW if flags & Flag.OVERFLOW else 0)
+            state = STATE_READY | (STATE_OVERFLOW if flags & _OVERFLOW else 0)
             r.state[cell] = state
             r.contrib[cell] = contrib
             events.count(Event.PARENT_RESULT, length)
@@ -291,13 +294,13 @@ class Pipeline:
             # 2. A retransmission from a child already counted in this use.
             if state & STATE_READY:
                 self._load_lanes(pkt, cell)
-                out_flags = Flag.RESULT | (Flag.OVERFLOW if state & STATE_OVERFLOW else 0)
+                out_flags = _RESULT | (_OVERFLOW if state & STATE_OVERFLOW else 0)
                 self._set_flags_contrib(pkt, out_flags, stored_contrib)
                 events.count(Event.RETX_REPLY, length)
                 return DropReason.NONE, ingress_port, 0, False
             if count == fanin:
                 self._load_lanes(pkt, cell)
-                out_flags = Flag.RETX | (Flag.OVERFLOW if state & STATE_OVERFLOW else 0)
+                out_flags = _RETX | (_OVERFLOW if state & STATE_OVERFLOW else 0)
                 self._set_flags_contrib(pkt, out_flags, stored_contrib)
                 events.count(Event.RETX_UP, length)
                 return DropReason.NONE, parent_port, 0, False
@@ -323,14 +326,14 @@ class Pipeline:
             r.seq[cell] = seq
             events.count(Event.FIRST, length)
         else:
-            if opcode == Opcode.SUM:
+            if opcode == _SUM:
                 wide = row.astype(np.int64)
                 wide += values
                 if wide.max() > INT32_MAX or wide.min() < INT32_MIN:
                     overflow = True
                     np.clip(wide, INT32_MIN, INT32_MAX, out=wide)
                 row[:] = wide
-            elif opcode == Opcode.OR:
+            elif opcode == _OR:
                 np.bitwise_or(row, values.astype(np.int32), out=row)
             else:
                 np.maximum(row, values.astype(np.int32), out=row)
@@ -340,16 +343,16 @@ class Pipeline:
         if overflow:
             state |= STATE_OVERFLOW
             events.count(Event.OVERFLOW, length)
-        if flags & Flag.OVERFLOW:
+        if flags & _OVERFLOW:
             state |= STATE_OVERFLOW
 
         # 4. Completion.
         egress_spec, mcast_grp, consumed = 0, 0, False
         if count == fanin:
-            out_flags = Flag.OVERFLOW if state & STATE_OVERFLOW else Flag(0)
+            out_flags = _OVERFLOW if state & STATE_OVERFLOW else 0
             if is_root == 1:
                 state |= STATE_READY
-                self._set_flags_contrib(pkt, out_flags | Flag.RESULT, new_contrib)
+                self._set_flags_contrib(pkt, out_flags | _RESULT, new_contrib)
                 mcast_grp = child_mgid
                 events.count(Event.COMPLETE_ROOT, length)
             else:

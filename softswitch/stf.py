@@ -255,10 +255,9 @@ class CaseResult:
 
 
 def run_case(case: StfCase, target: Target) -> CaseResult:
-    """Run every command; compare emitted packets with expectations port by port, in order."""
-    expected: dict[int, list[Expect]] = {}
+    """Run every command against a synchronous target, then compare (see `compare`)."""
     emitted: dict[int, list[bytes]] = {}
-    failures: list[str] = []
+    counters: dict[tuple[str, int], tuple[int, int]] = {}
     packets_in = 0
     for cmd in case.commands:
         if isinstance(cmd, AddEntry):
@@ -275,10 +274,26 @@ def run_case(case: StfCase, target: Target) -> CaseResult:
             packets_in += 1
             for port, data in target.send(cmd.port, cmd.data):
                 emitted.setdefault(port, []).append(data)
-        elif isinstance(cmd, Expect):
+        elif isinstance(cmd, CheckCounter):
+            counters[(cmd.counter, cmd.index)] = target.read_counter(cmd.counter, cmd.index)
+    return compare(case, emitted, counters, packets_in)
+
+
+def compare(
+    case: StfCase,
+    emitted: dict[int, list[bytes]],
+    counters: dict[tuple[str, int], tuple[int, int]],
+    packets_in: int,
+) -> CaseResult:
+    """Check emitted packets against the case's expectations, port by port and in order, and
+    counter values (read when the target reached each check_counter) against its checks."""
+    failures: list[str] = []
+    expected: dict[int, list[Expect]] = {}
+    for cmd in case.commands:
+        if isinstance(cmd, Expect):
             expected.setdefault(cmd.port, []).append(cmd)
         elif isinstance(cmd, CheckCounter):
-            packets, nbytes = target.read_counter(cmd.counter, cmd.index)
+            packets, nbytes = counters.get((cmd.counter, cmd.index), (-1, -1))
             got = packets if cmd.unit == "packets" else nbytes
             if got != cmd.value:
                 failures.append(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from softswitch.stf import load_stf, run_case
+from softswitch.stf_bmv2 import Bmv2Runner, bmv2_available, compile_p4
 from softswitch.stf_softswitch import SoftswitchTarget
 
 CASE_DIR = Path(__file__).parent / "conformance"
@@ -36,3 +37,28 @@ def test_softswitch(path: Path) -> None:
     result = run_case(load_stf(path), SoftswitchTarget())
     assert result.ok, "\n".join(result.failures)
     assert result.packets_in > 0
+
+
+BMV2_MISSING = bmv2_available()
+
+
+@pytest.fixture(scope="module")
+def bmv2_json() -> Path:
+    return compile_p4()
+
+
+@pytest.mark.bmv2
+@pytest.mark.skipif(BMV2_MISSING is not None, reason=f"bmv2 target: {BMV2_MISSING}")
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_bmv2(path: Path, bmv2_json: Path) -> None:
+    result = Bmv2Runner(bmv2_json).run(load_stf(path))
+    assert result.ok, "\n".join(result.failures)
+
+
+@pytest.mark.bmv2
+@pytest.mark.skipif(BMV2_MISSING is not None, reason=f"bmv2 target: {BMV2_MISSING}")
+def test_p4c_emits_the_committed_p4info(bmv2_json: Path) -> None:
+    from softswitch.p4info import load_p4info, p4info_diff, parse_p4info_text
+
+    built = parse_p4info_text((bmv2_json.parent / "ina.p4info.txt").read_text())
+    assert p4info_diff(built, load_p4info().message) == []

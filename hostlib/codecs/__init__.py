@@ -1,0 +1,77 @@
+"""Gradient codecs for in-network aggregation (see docs/codecs.md).
+
+Homomorphic codecs (`CODECS`, used by the INA client): the switch combines their int32
+encodings with a plain SUM / OR / MAX.
+
+    "int32"       Int32Codec       one exact SUM of int32 values
+    "fixedpoint"  FixedPointCodec  MAX block exponents, SUM block fixed point
+    "sketch"      SketchCodec      OR bitmaps, MAX exponents, SUM count sketch (exact peeling)
+
+INCEPTIONN (`inceptionn.compress` / `decompress` / `ring_allreduce`) is lossy and not
+homomorphic (host-based ring aggregation); it is exported separately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hostlib.codecs import inceptionn
+from hostlib.codecs.base import (
+    HomomorphicCodec,
+    Phase,
+    PhaseGenerator,
+    SumOverflow,
+    aggregate_reference,
+    bytes_on_wire,
+    frames_on_wire,
+    run_phases,
+    simulate_allreduce,
+    words_on_wire,
+)
+from hostlib.codecs.fixedpoint import FixedPointCodec, error_bound, quantize, worst_case_error
+from hostlib.codecs.inceptionn import compress as inceptionn_compress
+from hostlib.codecs.inceptionn import decompress as inceptionn_decompress
+from hostlib.codecs.passthrough import Int32Codec
+from hostlib.codecs.sketch import PeelingFailed, SketchCodec, SketchCorrupt
+
+CODECS: dict[str, Callable[..., HomomorphicCodec]] = {
+    "int32": Int32Codec,
+    "fixedpoint": FixedPointCodec,
+    "sketch": SketchCodec,
+}
+
+
+def make_codec(name: str, **options: object) -> HomomorphicCodec:
+    """CODECS[name](**options), with a clear error for unknown names."""
+    try:
+        factory = CODECS[name]
+    except KeyError:
+        raise ValueError(f"unknown codec {name!r}; known: {', '.join(sorted(CODECS))}") from None
+    return factory(**options)
+
+
+__all__ = [
+    "CODECS",
+    "FixedPointCodec",
+    "HomomorphicCodec",
+    "Int32Codec",
+    "PeelingFailed",
+    "Phase",
+    "PhaseGenerator",
+    "SketchCodec",
+    "SketchCorrupt",
+    "SumOverflow",
+    "aggregate_reference",
+    "bytes_on_wire",
+    "error_bound",
+    "frames_on_wire",
+    "inceptionn",
+    "inceptionn_compress",
+    "inceptionn_decompress",
+    "make_codec",
+    "quantize",
+    "run_phases",
+    "simulate_allreduce",
+    "words_on_wire",
+    "worst_case_error",
+]
