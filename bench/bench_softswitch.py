@@ -1,0 +1,148 @@
+"""Softswitch throughput on the aggregation path (K=64 lanes per packet).
+
+    python bench/bench_softswitch.py [--chunks N] [--workers 4 8] [--repeat R]
+
+1. in-process: frames of n workers pushed straight into Pipeline.process(), round robin per
+   chunk, SUM; reports packets/s into the switch and aggregated elements/s (packets x K);
+2. loopback wires: a SoftSwitch thread with UDP loopback wires and n worker processes running
+   the real INA client (window 64); reports the same from the switch's counters and the
+   wall time of the whole allreduce.
+
+Numbers depend on the machine; the run prints its own configuration. Seeds are fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import time
+from multiprocessing.synchronize import Event as MpEvent
+
+import numpy as np
+
+from controller.model import apply_to_pipeline
+from controller.star import Worker, star_job_plan
+from hostlib.client import InaClient
+from hostlib.transport import LoopbackWireTransport
+from hostlib.wire import Endpoint, FrameTemplate, K, Opcode, pack_frames, slot_field
+from softswitch.constants import DropReason, Event
+from softswitch.pipeline import Pipeline
+from softswitch.switch import SoftSwitch
+
+WINDOW = 64
+
+
+def star(n: int) -> list[Worker]:
+    return [Worker(p, f"02:00:00:00:00:{p:02x}", f"10.0.0.{p}") for p in range(1, n + 1)]
+
+
+def bench_in_process(n: int, chunks: int) -> tuple[float, float]:
+    pipe = Pipeline()
+    apply_to_pipeline(pipe, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
+    rng = np.random.default_rng(0)
+    switch = Endpoint("02:00:00:00:00:fe", "10.0.0.254")
+    ids = np.arange(chunks)
+    frames = []
+    for w in star(n):
+        rec = pack_frames(
+            FrameTemplate(Endpoint(w.mac, w.ip), switch),
+            opcode=Opcode.SUM,
+            job_id=1,
+            tree_id=0,
+            slot=[slot_field(int(i % WINDOW), int(i // WINDOW) % 2) for i in ids],
+            seq=ids,
+            values=rng.integers(-1000, 1000, (chunks, K), dtype=np.int32),
+        )
+        frames.append([r.tobytes() for r in rec])
+    process = pipe.process
+    start = time.perf_counter()
+    emitted = 0
+    for i in range(chunks):
+        for w in range(n):
+            emitted += len(process(w + 1, frames[w][i]))
+    elapsed = time.perf_counter() - start
+    assert emitted == chunks * n, "every chunk completed and was multicast"
+    pps = chunks * n / elapsed
+    return pps, pps * K
+
+
+def _worker(port: int, base: int, size: int, n: int, go: MpEvent, q: mp.Queue) -> None:  # type: ignore[type-arg]
+    x = np.random.default_rng(port).integers(-1000, 1000, size, dtype=np.int32)
+    client = InaClient(
+        LoopbackWireTransport(port, base=base),
+        job_id=1,
+        window=WINDOW,
+        n_workers=n,
+        give_up_after=60,
+    )
+    go.wait()  # every worker ready: process start-up skew is not measured
+    start = time.perf_counter()
+    client.allreduce_int32(x, Opcode.SUM)
+    q.put((time.perf_counter() - start, client.stats.retransmissions))
+
+
+def bench_loopback(n: int, chunks: int, base: int) -> tuple[float, float, float, int, int]:
+    sw = SoftSwitch()
+    apply_to_pipeline(sw.pipeline, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
+    sw.add_loopback_wires(range(1, n + 1), base=base)
+    sw.start()
+    try:
+        q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
+        go = mp.Event()
+        ctx_procs = [
+            mp.Process(target=_worker, args=(p, base, chunks * K, n, go, q))
+            for p in range(1, n + 1)
+        ]
+        for proc in ctx_procs:
+            proc.start()
+        time.sleep(1.0)
+        start = time.perf_counter()
+        go.set()
+        outs = [q.get(timeout=600) for _ in ctx_procs]
+        for proc in ctx_procs:
+            proc.join()
+        wall = time.perf_counter() - start
+    finally:
+        ports = list(sw.ports.values())
+        sw.stop()
+    rx = sum(sw.pipeline.port_rx.packets)
+    slowest = max(t for t, _ in outs)
+    retx = sum(r for _, r in outs)
+    dups = sw.pipeline.ina_drops.packets[DropReason.DUPLICATE]
+    replies = sw.pipeline.ina_events.packets[Event.RETX_REPLY]
+    print(
+        f"   switch: {dups} duplicate drops, {replies} retransmissions answered, "
+        f"{sum(getattr(p, 'tx_dropped', 0) for p in ports)} frames lost on full sockets"
+    )
+    return rx / slowest, rx * K / slowest, wall, retx, dups
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chunks", type=int, default=4000, help="chunks per worker")
+    ap.add_argument("--workers", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--repeat", type=int, default=3, help="in-process repetitions (best kept)")
+    ap.add_argument("--wire-base", type=int, default=41000)
+    ap.add_argument("--skip-loopback", action="store_true")
+    args = ap.parse_args()
+    print(
+        f"# softswitch benchmark: K={K}, window={WINDOW}, chunks/worker={args.chunks}, "
+        f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} cpus"
+    )
+    print(f"{'mode':<12} {'workers':>7} {'packets/s':>12} {'elements/s':>12} {'notes'}")
+    for n in args.workers:
+        best = max(bench_in_process(n, args.chunks) for _ in range(args.repeat))
+        print(f"{'in-process':<12} {n:>7} {best[0]:>12,.0f} {best[1]:>12,.0f}")
+    if not args.skip_loopback:
+        for n in args.workers:
+            pps, eps, wall, retx, dups = bench_loopback(n, args.chunks, args.wire_base)
+            print(
+                f"{'loopback':<12} {n:>7} {pps:>12,.0f} {eps:>12,.0f} "
+                f"wall {wall:.2f}s, {retx} retransmissions ({dups} were spurious)"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Shared test helpers: a softswitch on loopback wires with a star job installed."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from controller.model import LOSS_TABLE, SwitchPlan, TableWrite, apply_to_pipeline, loss_threshold
+from controller.star import Worker, star_job_plan
+from softswitch.ports import PortInUseError
+from softswitch.switch import SoftSwitch
+
+T = TypeVar("T")
+
+
+def workers(n: int, first_port: int = 1) -> list[Worker]:
+    return [
+        Worker(p, f"02:00:00:00:00:{p:02x}", f"10.0.0.{p}")
+        for p in range(first_port, first_port + n)
+    ]
+
+
+@contextmanager
+def running_switch(ports: list[int], *, seed: int = 0) -> Iterator[tuple[SoftSwitch, int]]:
+    """A started softswitch with loopback wires on `ports`; yields (switch, wire base)."""
+    for _ in range(20):
+        base = random.randrange(20000, 60000, 1024)
+        sw = SoftSwitch()
+        sw.pipeline.seed = seed
+        try:
+            sw.add_loopback_wires(ports, base=base)
+        except PortInUseError:
+            continue
+        sw.start()
+        try:
+            yield sw, base
+        finally:
+            sw.stop()
+        return
+    raise RuntimeError("no free UDP port range for loopback wires")
+
+
+def install_star(
+    sw: SoftSwitch,
+    job_id: int,
+    ws: list[Worker],
+    *,
+    base: int = 0,
+    pool: int = 16,
+    mgid: int = 1,
+    loss: float = 0.0,
+) -> SwitchPlan:
+    plan = star_job_plan(job_id, ws, base=base, pool_size=pool, mgid=mgid)
+    if loss:
+        for w in ws:
+            plan.tables.append(
+                TableWrite(LOSS_TABLE, (w.port,), "set_loss", (loss_threshold(loss),))
+            )
+    apply_to_pipeline(sw.pipeline, plan)
+    return plan
+
+
+def run_threads(fns: list[Callable[[], T]], timeout: float = 120.0) -> list[T]:
+    """Run each fn in a thread; return results in order, re-raise the first error."""
+    results: list[T | None] = [None] * len(fns)
+    errors: list[BaseException] = []
+
+    def wrap(i: int, fn: Callable[[], T]) -> None:
+        try:
+            results[i] = fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrap, args=(i, f), daemon=True) for i, f in enumerate(fns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    if errors:
+        raise errors[0]
+    if any(t.is_alive() for t in threads):
+        raise TimeoutError(f"worker threads still running after {timeout}s")
+    return [r for r in results if r is not None]

@@ -1,0 +1,160 @@
+"""The INA client against a running softswitch over loopback wires."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from hostlib.client import InaClient, InaTimeoutError
+from hostlib.transport import LoopbackWireTransport
+from hostlib.wire import K, Opcode
+from softswitch.constants import DropReason
+from tests.helpers import install_star, run_threads, running_switch, workers
+
+
+def int_inputs(n_workers: int, size: int, seed: int = 0) -> list[npt.NDArray[np.int32]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-(2**20), 2**20, size, dtype=np.int32) for _ in range(n_workers)]
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.01, 0.10])
+def test_exact_sum_under_injected_loss(loss: float) -> None:
+    n, size, window = 4, 40 * K + 17, 8  # a short tail chunk
+    ws = workers(n)
+    xs = int_inputs(n, size, seed=int(loss * 100))
+    with running_switch([w.port for w in ws], seed=7) as (sw, base):
+        install_star(sw, 1, ws, pool=window, loss=loss)
+        clients = [
+            InaClient(
+                LoopbackWireTransport(w.port, base=base),
+                job_id=1,
+                window=window,
+                initial_rto=0.02,
+                give_up_after=20,
+            )
+            for w in ws
+        ]
+        results = run_threads(
+            [lambda c=c, x=x: c.allreduce_int32(x) for c, x in zip(clients, xs, strict=True)]
+        )
+        for c in clients:
+            c.transport.close()
+    expected = np.sum(np.stack(xs).astype(np.int64), axis=0)
+    for res, over in results:
+        assert np.array_equal(res, expected)
+        assert not over.any()
+    drops = sw.pipeline.ina_drops.packets
+    if loss:
+        assert drops[DropReason.LOSS] > 0
+        assert sum(c.stats.retransmissions for c in clients) > 0
+    else:
+        assert drops[DropReason.LOSS] == 0
+
+
+def test_consecutive_operations_and_opcodes() -> None:
+    """Chunk numbering continues across operations; OR and MAX work; empty input is fine."""
+    ws = workers(3)
+    xs = int_inputs(3, 5 * K, seed=3)
+    with running_switch([w.port for w in ws]) as (sw, base):
+        install_star(sw, 1, ws, pool=4)
+        clients = [
+            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4) for w in ws
+        ]
+
+        def work(c: InaClient, x: npt.NDArray[np.int32]) -> list[npt.NDArray[np.int32]]:
+            out = []
+            for op in (Opcode.SUM, Opcode.MAX, Opcode.OR, Opcode.SUM):
+                out.append(c.allreduce_int32(x[: 3 * K + 5], op)[0])
+            out.append(c.allreduce_int32(x[:0])[0])
+            out.append(c.allreduce_int32(x[:1])[0])
+            return out
+
+        outs = run_threads([lambda c=c, x=x: work(c, x) for c, x in zip(clients, xs, strict=True)])
+    stack = np.stack(xs)[:, : 3 * K + 5]
+    for o in outs:
+        assert np.array_equal(o[0], stack.astype(np.int64).sum(0))
+        assert np.array_equal(o[1], stack.max(0))
+        assert np.array_equal(o[2], np.bitwise_or.reduce(stack, 0))
+        assert np.array_equal(o[3], o[0])
+        assert o[4].size == 0
+        assert np.array_equal(o[5], stack[:, :1].astype(np.int64).sum(0))
+    assert clients[0].next_chunk == 4 * 4 + 0 + 1
+
+
+def test_overflow_is_reported_per_chunk() -> None:
+    ws = workers(2)
+    a = np.zeros(3 * K, dtype=np.int32)
+    a[K + 5] = 2**31 - 1  # only the second chunk overflows
+    with running_switch([w.port for w in ws]) as (sw, base):
+        install_star(sw, 1, ws, pool=4)
+        clients = [
+            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4) for w in ws
+        ]
+        outs = run_threads([lambda c=c: c.allreduce_int32(a) for c in clients])
+    for res, over in outs:
+        assert res[K + 5] == 2**31 - 1  # saturated
+        assert over[K : 2 * K].all() and not over[:K].any() and not over[2 * K :].any()
+
+
+class DuplicatingReorderingTransport(LoopbackWireTransport):
+    """Delivers every received result twice and in reverse batch order."""
+
+    def recv(self, timeout: float) -> npt.NDArray[np.void]:
+        got = super().recv(timeout)
+        return np.concatenate([got[::-1], got]) if len(got) else got
+
+
+def test_duplicated_and_reordered_results_are_harmless() -> None:
+    ws = workers(3)
+    xs = int_inputs(3, 30 * K, seed=5)
+    with running_switch([w.port for w in ws]) as (sw, base):
+        install_star(sw, 1, ws, pool=8)
+        clients = [
+            InaClient(DuplicatingReorderingTransport(w.port, base=base), job_id=1, window=8)
+            for w in ws
+        ]
+        outs = run_threads(
+            [lambda c=c, x=x: c.allreduce_int32(x)[0] for c, x in zip(clients, xs, strict=True)]
+        )
+    expected = np.stack(xs).astype(np.int64).sum(0)
+    for o, c in zip(outs, clients, strict=True):
+        assert np.array_equal(o, expected)
+        assert c.stats.duplicate_results >= 30
+
+
+def test_vanished_switch_gives_a_clear_error_within_its_bound() -> None:
+    with running_switch([1]) as (_sw, base):
+        pass  # the switch is gone: nothing listens on the wire any more
+    client = InaClient(
+        LoopbackWireTransport(1, base=base),
+        job_id=7,
+        window=4,
+        initial_rto=0.01,
+        max_rto=0.05,
+        give_up_after=0.5,
+    )
+    start = time.monotonic()
+    with pytest.raises(InaTimeoutError, match=r"job 7: no result for 3 chunk\(s\) \[0, 1, 2\]"):
+        client.allreduce_int32(np.ones(3 * K, dtype=np.int32))
+    assert time.monotonic() - start < 2.0
+
+
+def test_missing_peer_names_the_job_and_chunks() -> None:
+    """One worker of two never shows up: the other fails clearly instead of hanging."""
+    ws = workers(2)
+    with running_switch([w.port for w in ws]) as (sw, base):
+        install_star(sw, 3, ws, pool=4)
+        client = InaClient(
+            LoopbackWireTransport(1, base=base),
+            job_id=3,
+            window=4,
+            initial_rto=0.01,
+            max_rto=0.05,
+            give_up_after=0.5,
+        )
+        with pytest.raises(InaTimeoutError) as info:
+            client.allreduce_int32(np.ones(2 * K, dtype=np.int32))
+    assert info.value.job_id == 3 and info.value.missing == [0, 1]
