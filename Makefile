@@ -5,12 +5,15 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: demo test lint typecheck unit bench p4 clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# the CPU build of PyTorch, for the DDP hook and its test (a plain `torch` would pull CUDA)
+	$(PY) -m pip install --quiet torch==$(TORCH_VERSION)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 

@@ -307,7 +307,7 @@ def test_run_phases_driver_and_accounting() -> None:
 
 
 def test_registry() -> None:
-    assert set(CODECS) == {"int32", "fixedpoint", "sketch"}
+    assert set(CODECS) == {"int32", "fixedpoint", "sketch", "sketch-compact"}
     for name, factory in CODECS.items():
         assert factory().name == name
     assert make_codec("fixedpoint", block_size=32).phases is not None

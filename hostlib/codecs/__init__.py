@@ -6,6 +6,8 @@ encodings with a plain SUM / OR / MAX.
     "int32"       Int32Codec       one exact SUM of int32 values
     "fixedpoint"  FixedPointCodec  MAX block exponents, SUM block fixed point
     "sketch"      SketchCodec      OR bitmaps, MAX exponents, SUM count sketch (exact peeling)
+    "sketch-compact" SketchCodec(payload="compact"): OR bitmaps, then SUM only the union's
+                  values; cheaper than the sketch once the union is known (docs/codecs.md)
 
 INCEPTIONN (`inceptionn.compress` / `decompress` / `ring_allreduce`) is lossy and not
 homomorphic (host-based ring aggregation); it is exported separately.
@@ -14,6 +16,7 @@ homomorphic (host-based ring aggregation); it is exported separately.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from hostlib.codecs import inceptionn
 from hostlib.codecs.base import (
@@ -38,6 +41,7 @@ CODECS: dict[str, Callable[..., HomomorphicCodec]] = {
     "int32": Int32Codec,
     "fixedpoint": FixedPointCodec,
     "sketch": SketchCodec,
+    "sketch-compact": partial(SketchCodec, payload="compact"),
 }
 
 

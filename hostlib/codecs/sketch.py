@@ -308,6 +308,7 @@ class SketchCodec:
         self.max_retries = max_retries
         self.seed = seed & _M64
         self.payload: Payload = payload
+        self.name = "sketch" if payload == "sketch" else "sketch-compact"
         self.max_backoff = max_backoff
         self.slack_sqrt = slack_sqrt
         self.slack_const = slack_const

@@ -1,0 +1,61 @@
+"""PyTorch DDP communication hook: all-reduce gradient buckets through the switch.
+
+    from hostlib.ddp import InaHookState, ina_allreduce_hook
+    state = InaHookState(client, codec=FixedPointCodec())
+    ddp_model.register_comm_hook(state, ina_allreduce_hook)
+
+Every bucket is summed over the job's workers by `InaClient.allreduce` with the chosen codec and
+divided by the world size, as DDP's default all-reduce hook averages. Buckets are all-reduced in
+the order DDP hands them over, which is the same on every rank; the hook runs synchronously
+(the future it returns is already complete), so the client is never used concurrently.
+Gradients must live on the CPU.
+"""
+
+# No `from __future__ import annotations` here: DDP checks the hook's annotations at run time
+# against the real dist.GradBucket and torch.futures.Future[torch.Tensor] objects.
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostlib.client import InaClient
+from hostlib.codecs.base import HomomorphicCodec
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "hostlib.ddp needs PyTorch: pip install torch==2.13.0 (the CPU build)"
+    ) from exc
+
+
+@dataclass
+class InaHookState:
+    client: InaClient
+    codec: HomomorphicCodec | None = None  # None: the client's default (fixed point)
+    buckets: int = 0
+    elements: int = 0
+    seconds: float = 0.0
+
+
+def ina_allreduce_hook(
+    state: InaHookState,
+    bucket: dist.GradBucket,  # type: ignore[name-defined]  # exported only when distributed is built
+) -> torch.futures.Future[torch.Tensor]:
+    """A DDP comm hook (`register_comm_hook(state, ina_allreduce_hook)`)."""
+    tensor: torch.Tensor = bucket.buffer()
+    if tensor.device.type != "cpu":
+        raise ValueError(f"the INA hook needs CPU gradients, got a bucket on {tensor.device}")
+    start = time.perf_counter()
+    array = tensor.detach().numpy()
+    total = state.client.allreduce(array, state.codec)
+    world = state.client.n_workers or dist.get_world_size()
+    averaged = torch.from_numpy(np.asarray(total, dtype=array.dtype) / world).to(tensor.dtype)
+    tensor.copy_(averaged.reshape(tensor.shape))
+    state.buckets += 1
+    state.elements += array.size
+    state.seconds += time.perf_counter() - start
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
