@@ -16,6 +16,7 @@ forever: if nothing progresses for `give_up_after` seconds (or a chunk exhausts 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,6 +91,7 @@ class InaClient:
         max_rto: float = 1.0,
         max_retries: int = 50,
         give_up_after: float = 30.0,
+        on_progress: Callable[[int], None] | None = None,
     ) -> None:
         if not 1 <= window <= 0x7FFF:
             raise ValueError(f"window must be 1..32767 (at most the job's pool size), got {window}")
@@ -106,6 +108,7 @@ class InaClient:
         self.min_rto, self.max_rto = min_rto, max_rto
         self.max_retries = max_retries
         self.give_up_after = give_up_after
+        self.on_progress = on_progress  # called with the number of chunks just completed
         self.next_chunk = 0  # per-job chunk number; never restarts (see module doc)
         self.stats = ClientStats()
         self._srtt: float | None = None
@@ -211,6 +214,7 @@ class InaClient:
                 )
                 stats.foreign_packets += int((~ok).sum())
                 released: list[int] = []
+                released_before = remaining
                 for rec, off in zip(got[ok], offsets[ok], strict=True):
                     i = int(off)
                     if done[i]:
@@ -231,6 +235,8 @@ class InaClient:
                         released.append(i + self.window)
                 if released:
                     send(np.array(released, dtype=np.int64), retx=False)
+                if self.on_progress is not None and released_before != remaining:
+                    self.on_progress(released_before - remaining)
             expired = np.flatnonzero(deadline <= now)
             if len(expired):
                 if (retries[expired] >= self.max_retries).any() or (

@@ -1,0 +1,283 @@
+"""`inaemu`: the command line.
+
+    inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
+    inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]          (python -m softswitch)
+    inaemu topo star|leaf-spine|fat-tree ... -o topology.json
+    inaemu job add    -t topology.json --job 1 --workers h1,h2,h3 [--pool 64] [--trees 1]
+    inaemu job remove -t topology.json --job 1
+    inaemu job list   -t topology.json
+    inaemu routes     -t topology.json
+    inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
+    inaemu stats      -t topology.json
+
+Job commands keep what they installed in a state file (default: next to the topology,
+`<topology>.jobs.json`), so a later command knows the slot pools and groups in use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from controller.demo import DemoOptions, main_demo
+from controller.jobs import JobError, JobSpec
+from controller.p4rt import Controller, ControllerError
+from controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
+
+
+def _ports(text: str) -> list[int]:
+    from softswitch.__main__ import parse_ports
+
+    return parse_ports(text)
+
+
+def _state_path(args: argparse.Namespace) -> Path:
+    return Path(args.state) if args.state else Path(str(args.topology) + ".jobs.json")
+
+
+def _load_specs(path: Path) -> list[JobSpec]:
+    if not path.exists():
+        return []
+    try:
+        raw = json.loads(path.read_text())
+        return [
+            JobSpec(
+                j["job_id"],
+                tuple(j["workers"]),
+                j["pool_size"],
+                j["n_trees"],
+                tuple(j.get("roots", ())),
+            )
+            for j in raw["jobs"]
+        ]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ControllerError(
+            f"{path}: unreadable job state ({exc}); delete it if the switches were restarted"
+        ) from None
+
+
+def _save_specs(path: Path, specs: list[JobSpec]) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "jobs": [
+                    {
+                        "job_id": s.job_id,
+                        "workers": list(s.workers),
+                        "pool_size": s.pool_size,
+                        "n_trees": s.n_trees,
+                        "roots": list(s.roots),
+                    }
+                    for s in specs
+                ]
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+async def _with_controller(
+    args: argparse.Namespace, body: Callable[[Controller, list[JobSpec]], Awaitable[None]]
+) -> None:
+    topo = Topology.load(args.topology)
+    specs = _load_specs(_state_path(args))
+    ctl = Controller(topo)
+    for spec in specs:  # replay: the same plans, nothing written
+        ctl.jobs.commit_add(ctl.jobs.plan_add(spec))
+    await ctl.connect()
+    try:
+        await body(ctl, specs)
+    finally:
+        await ctl.close()
+
+
+def cmd_job(args: argparse.Namespace) -> None:
+    async def body(ctl: Controller, specs: list[JobSpec]) -> None:
+        path = _state_path(args)
+        if args.action == "add":
+            spec = JobSpec(
+                args.job,
+                tuple(w.strip() for w in args.workers.split(",")),
+                args.pool,
+                args.trees,
+                tuple(args.roots.split(",")) if args.roots else (),
+            )
+            record = await ctl.add_job(spec)
+            _save_specs(path, [*specs, spec])
+            for sw in record.switches:
+                base, size = record.pools[sw]
+                roles = ", ".join(
+                    "root" if t[sw].is_root else f"up port {t[sw].parent_port}"
+                    for t in record.trees
+                    if sw in t
+                )
+                print(f"job {spec.job_id}: {sw} slots [{base}, {base + size}) ({roles})")
+        elif args.action == "remove":
+            await ctl.remove_job(args.job)
+            _save_specs(path, [s for s in specs if s.job_id != args.job])
+            print(f"job {args.job} removed")
+        else:
+            for s in specs:
+                print(
+                    f"job {s.job_id}: workers {','.join(s.workers)} pool {s.pool_size} "
+                    f"trees {s.n_trees}"
+                )
+
+    asyncio.run(_with_controller(args, body))
+
+
+def cmd_routes(args: argparse.Namespace) -> None:
+    async def body(ctl: Controller, _: list[JobSpec]) -> None:
+        await ctl.install_routes()
+        print(
+            f"routes to {len(ctl.topology.hosts)} hosts installed on "
+            f"{len(ctl.topology.switches)} switches"
+        )
+
+    asyncio.run(_with_controller(args, body))
+
+
+def cmd_loss(args: argparse.Namespace) -> None:
+    async def body(ctl: Controller, _: list[JobSpec]) -> None:
+        await ctl.set_loss(args.switch, args.ports, args.probability)
+        print(f"{args.switch}: loss {args.probability:.2%} on ports {args.ports}")
+
+    asyncio.run(_with_controller(args, body))
+
+
+def cmd_stats(args: argparse.Namespace) -> None:
+    async def body(ctl: Controller, _: list[JobSpec]) -> None:
+        print((await ctl.read_stats()).render())
+
+    asyncio.run(_with_controller(args, body))
+
+
+def cmd_topo(args: argparse.Namespace) -> None:
+    if args.kind == "star":
+        topo = star(args.hosts)
+    elif args.kind == "leaf-spine":
+        topo = leaf_spine(args.leaves, args.spines, args.hosts)
+    else:
+        topo = fat_tree(args.k)
+    if args.output:
+        topo.save(args.output)
+        print(
+            f"wrote {args.output}: {len(topo.hosts)} hosts, {len(topo.switches)} switches, "
+            f"{len(topo.links)} links"
+        )
+    else:
+        print(json.dumps(topo.to_json(), indent=2))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return main_demo(
+        DemoOptions(
+            workers=args.workers,
+            size=args.size,
+            codec=args.codec,
+            density=args.density,
+            loss=args.loss,
+            window=args.window,
+            wire_base=args.wire_base,
+            grpc_port=args.grpc_port,
+            seed=args.seed,
+            progress=not args.no_progress,
+            timeout=args.timeout,
+        )
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="inaemu", description="in-network aggregation emulator")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="an emulated allreduce on the embedded softswitch")
+    d.add_argument("--workers", type=int, default=4)
+    d.add_argument("--size", type=int, default=2_000_000, help="float32 elements per worker")
+    d.add_argument(
+        "--codec",
+        default="fixedpoint",
+        help="fixedpoint, sketch, sketch-compact or int32 (default %(default)s)",
+    )
+    d.add_argument("--density", type=float, default=1.0, help="fraction of non-zero elements")
+    d.add_argument("--loss", type=float, default=0.0, help="injected loss probability per port")
+    d.add_argument("--window", type=int, default=64, help="chunks in flight (= slot pool)")
+    d.add_argument("--wire-base", type=int, default=40000, help="first loopback UDP port")
+    d.add_argument("--grpc-port", type=int, default=0, help="P4Runtime port (0: any free)")
+    d.add_argument("--seed", type=int, default=1)
+    d.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds without progress before a worker gives up",
+    )
+    d.add_argument("--no-progress", action="store_true")
+    d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser(
+        "softswitch", help="run a softswitch (see python -m softswitch -h)", add_help=False
+    )
+    s.set_defaults(func=None)
+
+    t = sub.add_parser("topo", help="write a topology file")
+    t.add_argument("kind", choices=("star", "leaf-spine", "fat-tree"))
+    t.add_argument("--hosts", type=int, default=4, help="hosts (per leaf for leaf-spine)")
+    t.add_argument("--leaves", type=int, default=2)
+    t.add_argument("--spines", type=int, default=2)
+    t.add_argument("--k", type=int, default=4, help="fat-tree arity")
+    t.add_argument("-o", "--output")
+    t.set_defaults(func=cmd_topo)
+
+    def with_topology(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-t", "--topology", required=True, help="topology.json")
+        p.add_argument("--state", help="job state file (default <topology>.jobs.json)")
+
+    j = sub.add_parser("job", help="add, remove or list jobs")
+    j.add_argument("action", choices=("add", "remove", "list"))
+    with_topology(j)
+    j.add_argument("--job", type=int, default=1)
+    j.add_argument("--workers", default="", help="comma-separated host names")
+    j.add_argument("--pool", type=int, default=64, help="slots per switch (the window)")
+    j.add_argument("--trees", type=int, default=1)
+    j.add_argument("--roots", default="", help="comma-separated root switches (default: chosen)")
+    j.set_defaults(func=cmd_job)
+
+    r = sub.add_parser("routes", help="install IPv4 routes to every host")
+    with_topology(r)
+    r.set_defaults(func=cmd_routes)
+
+    lo = sub.add_parser("loss", help="inject loss on a switch's ingress ports")
+    with_topology(lo)
+    lo.add_argument("--switch", required=True)
+    lo.add_argument("--ports", type=_ports, required=True)
+    lo.add_argument("--probability", type=float, required=True)
+    lo.set_defaults(func=cmd_loss)
+
+    st = sub.add_parser("stats", help="per-job, per-port counters and drops")
+    with_topology(st)
+    st.set_defaults(func=cmd_stats)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["softswitch"]:
+        from softswitch.__main__ import main as softswitch_main
+
+        return softswitch_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.func(args)
+    except (TopologyError, JobError, ControllerError, ValueError) as exc:
+        print(f"inaemu {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,316 @@
+"""Jobs: aggregation trees over a topology, slot pools, multicast groups, and the entries that
+make them real on every switch a job crosses. Pure planning: no I/O.
+
+`JobManager.plan_add(spec)` computes everything and refuses clearly (pool full, unknown host,
+unreachable worker, ...) without changing its state; `commit_add` records the job once the
+entries are on the switches. `plan_remove` / `commit_remove` are the inverse. The ina_egress
+entry of a host port is shared by every job with a worker there (reference counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.model import (
+    CHILD_TABLE,
+    EGRESS_TABLE,
+    JOB_TABLE,
+    ROUTE_TABLE,
+    MulticastGroup,
+    SwitchPlan,
+    TableWrite,
+)
+from controller.topology import Topology, TopologyError
+from hostlib.wire import MAX_FANIN, ip_int, mac_bytes
+from softswitch.constants import INA_SLOTS
+
+MAX_MGID = 0xFFFF
+
+
+class JobError(ValueError):
+    """A job that cannot be installed; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: int
+    workers: tuple[str, ...]  # host names, in child-index order on their switches
+    pool_size: int = 64  # slots on every switch the job crosses: the workers' window W
+    n_trees: int = 1
+    roots: tuple[str, ...] = ()  # root switch of tree t is roots[t % len(roots)]; () = choose
+
+
+@dataclass
+class TreeNode:
+    """One switch's role in one aggregation tree."""
+
+    switch: str
+    is_root: bool = False
+    parent_port: int = 0
+    child_ports: list[int] = field(default_factory=list)  # child index = position
+    host_ports: dict[int, str] = field(default_factory=dict)  # child ports leading to workers
+
+
+@dataclass
+class JobRecord:
+    spec: JobSpec
+    trees: list[dict[str, TreeNode]]
+    pools: dict[str, tuple[int, int]]  # switch -> (base, size)
+    mgids: dict[tuple[str, int], int]  # (switch, tree) -> multicast group
+    plans: dict[str, SwitchPlan]
+
+    @property
+    def switches(self) -> list[str]:
+        return sorted(self.pools)
+
+
+def aggregation_tree(topo: Topology, workers: tuple[str, ...], root: str) -> dict[str, TreeNode]:
+    """The shortest-path tree from `root` that reaches every worker's switch."""
+    parents = topo.bfs_parents(root)
+    nodes: dict[str, TreeNode] = {}
+
+    def node(sw: str) -> TreeNode:
+        return nodes.setdefault(sw, TreeNode(sw, is_root=(sw == root)))
+
+    node(root)
+    for host in workers:
+        sw, port = topo.host_attachment(host)
+        if sw not in parents:
+            raise JobError(f"worker {host!r} on switch {sw!r} cannot reach root {root!r}")
+        n = node(sw)
+        n.child_ports.append(port)
+        n.host_ports[port] = host
+        cur = sw
+        while (up := parents[cur]) is not None:
+            parent, up_port, parent_port = up
+            node(cur).parent_port = up_port
+            pnode = node(parent)
+            if parent_port in pnode.child_ports:
+                break  # the rest of the path is already in the tree
+            pnode.child_ports.append(parent_port)
+            cur = parent
+    for n in nodes.values():
+        if len(n.child_ports) > MAX_FANIN:
+            raise JobError(
+                f"switch {n.switch!r} would have {len(n.child_ports)} children; "
+                f"the per-slot bitmap holds {MAX_FANIN}"
+            )
+    return nodes
+
+
+def choose_roots(topo: Topology, workers: tuple[str, ...], n: int) -> list[str]:
+    """The n best roots: the switches with the smallest worst hop count to the workers'
+    switches (then the smallest total, then the name), so trees spread over equal spines."""
+    targets = {topo.host_attachment(h)[0] for h in workers}
+    scored = []
+    for sw in topo.switches:
+        dist = _hops(topo, sw)
+        if all(t in dist for t in targets):
+            scored.append((max(dist[t] for t in targets), sum(dist[t] for t in targets), sw))
+    if not scored:
+        raise JobError("no switch reaches every worker of the job")
+    scored.sort()
+    best = [sw for worst, total, sw in scored if (worst, total) == scored[0][:2]]
+    return [best[i % len(best)] for i in range(n)]
+
+
+def _hops(topo: Topology, start: str) -> dict[str, int]:
+    dist = {start: 0}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for sw in frontier:
+            for peer, _ in topo.switch_neighbours(sw).values():
+                if peer not in dist:
+                    dist[peer] = dist[sw] + 1
+                    nxt.append(peer)
+        frontier = nxt
+    return dist
+
+
+class SlotPool:
+    """Free slot ranges of one switch (first fit)."""
+
+    def __init__(self, slots: int = INA_SLOTS) -> None:
+        self.slots = slots
+        self.used: dict[int, tuple[int, int]] = {}  # job -> (base, size)
+
+    def find(self, size: int) -> int | None:
+        start = 0
+        for base, n in sorted(self.used.values()):
+            if base - start >= size:
+                return start
+            start = max(start, base + n)
+        return start if self.slots - start >= size else None
+
+    def free_slots(self) -> int:
+        return self.slots - sum(n for _, n in self.used.values())
+
+
+class JobManager:
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo.validate()
+        self.pools = {sw: SlotPool() for sw in topo.switches}
+        self.jobs: dict[int, JobRecord] = {}
+        self.mgids: dict[str, set[int]] = {sw: set() for sw in topo.switches}
+        self.egress_refs: dict[tuple[str, int], int] = {}  # (switch, host port) -> jobs
+
+    # ------------------------------------------------------------------ add
+
+    def plan_add(self, spec: JobSpec) -> JobRecord:
+        if not 0 <= spec.job_id <= 0xFFFF:
+            raise JobError(f"job id {spec.job_id} does not fit 16 bits")
+        if spec.job_id in self.jobs:
+            raise JobError(f"job {spec.job_id} is already installed; remove it first")
+        if not spec.workers:
+            raise JobError(f"job {spec.job_id} has no workers")
+        if len(set(spec.workers)) != len(spec.workers):
+            raise JobError(f"job {spec.job_id} names a worker twice")
+        for h in spec.workers:
+            if h not in self.topo.hosts:
+                raise JobError(f"job {spec.job_id}: unknown host {h!r} (not in the topology)")
+        if not 1 <= spec.n_trees <= 255:
+            raise JobError(f"job {spec.job_id}: n_trees must be 1..255")
+        if not 1 <= spec.pool_size <= 0x7FFF or spec.pool_size % spec.n_trees:
+            raise JobError(
+                f"job {spec.job_id}: pool_size {spec.pool_size} must be 1..32767 and "
+                f"a multiple of n_trees ({spec.n_trees})"
+            )
+        for r in spec.roots:
+            if r not in self.topo.switches:
+                raise JobError(f"job {spec.job_id}: root {r!r} is not a switch of the topology")
+        try:
+            roots = (
+                [spec.roots[t % len(spec.roots)] for t in range(spec.n_trees)]
+                if spec.roots
+                else choose_roots(self.topo, spec.workers, spec.n_trees)
+            )
+            trees = [aggregation_tree(self.topo, spec.workers, r) for r in roots]
+        except TopologyError as exc:
+            raise JobError(f"job {spec.job_id}: {exc}") from None
+
+        pools: dict[str, tuple[int, int]] = {}
+        for sw in sorted({s for t in trees for s in t}):
+            base = self.pools[sw].find(spec.pool_size)
+            if base is None:
+                raise JobError(
+                    f"job {spec.job_id}: switch {sw!r} has no {spec.pool_size} contiguous free "
+                    f"slots ({self.pools[sw].free_slots()} of {INA_SLOTS} free); use a smaller "
+                    "pool_size or remove a job"
+                )
+            pools[sw] = (base, spec.pool_size)
+
+        mgids: dict[tuple[str, int], int] = {}
+        taken = {sw: set(ids) for sw, ids in self.mgids.items()}
+        for t, tree in enumerate(trees):
+            for sw in tree:
+                free = next((m for m in range(1, MAX_MGID + 1) if m not in taken[sw]), None)
+                if free is None:
+                    raise JobError(f"switch {sw!r} has no free multicast group id")
+                taken[sw].add(free)
+                mgids[(sw, t)] = free
+
+        plans = {sw: SwitchPlan() for sw in pools}
+        for t, tree in enumerate(trees):
+            for sw, n in tree.items():
+                base, size = pools[sw]
+                plans[sw].tables.append(
+                    TableWrite(
+                        JOB_TABLE,
+                        (spec.job_id, t),
+                        "agg_node",
+                        (
+                            base,
+                            size,
+                            len(n.child_ports),
+                            mgids[(sw, t)],
+                            int(n.is_root),
+                            n.parent_port,
+                        ),
+                    )
+                )
+                for index, port in enumerate(n.child_ports):
+                    plans[sw].tables.append(
+                        TableWrite(CHILD_TABLE, (spec.job_id, t, port), "set_child", (index,))
+                    )
+                plans[sw].groups.append(MulticastGroup(mgids[(sw, t)], tuple(n.child_ports)))
+        for sw, port, host in self._host_ports(trees):
+            if self.egress_refs.get((sw, port), 0) == 0:
+                plans[sw].tables.append(self._egress_write(port, host))
+        return JobRecord(spec, trees, pools, mgids, plans)
+
+    @staticmethod
+    def _host_ports(trees: list[dict[str, TreeNode]]) -> list[tuple[str, int, str]]:
+        seen: dict[tuple[str, int], str] = {}
+        for tree in trees:
+            for sw, n in tree.items():
+                for port, host in n.host_ports.items():
+                    seen[(sw, port)] = host
+        return [(sw, port, host) for (sw, port), host in sorted(seen.items())]
+
+    def _egress_write(self, port: int, host: str) -> TableWrite:
+        h = self.topo.hosts[host]
+        return TableWrite(
+            EGRESS_TABLE,
+            (port,),
+            "to_host",
+            (int.from_bytes(mac_bytes(h.mac), "big"), ip_int(h.ip)),
+        )
+
+    def commit_add(self, record: JobRecord) -> None:
+        spec = record.spec
+        for sw, (base, size) in record.pools.items():
+            self.pools[sw].used[spec.job_id] = (base, size)
+        for (sw, _), mgid in record.mgids.items():
+            self.mgids[sw].add(mgid)
+        for sw, port, _ in self._host_ports(record.trees):
+            self.egress_refs[(sw, port)] = self.egress_refs.get((sw, port), 0) + 1
+        self.jobs[spec.job_id] = record
+
+    # ------------------------------------------------------------------ remove
+
+    def plan_remove(self, job_id: int) -> dict[str, SwitchPlan]:
+        """What to delete: the job's entries and groups, and host rewrites no job uses any
+        more."""
+        record = self.jobs.get(job_id)
+        if record is None:
+            raise JobError(f"job {job_id} is not installed")
+        plans = {sw: SwitchPlan() for sw in record.plans}
+        for sw, plan in record.plans.items():
+            plans[sw].tables = [w for w in plan.tables if w.table != EGRESS_TABLE]
+            plans[sw].groups = list(plan.groups)
+        for sw, port, host in self._host_ports(record.trees):
+            if self.egress_refs.get((sw, port), 0) == 1:
+                plans[sw].tables.append(self._egress_write(port, host))
+        return plans
+
+    def commit_remove(self, job_id: int) -> None:
+        record = self.jobs.pop(job_id)
+        for sw in record.pools:
+            del self.pools[sw].used[job_id]
+        for (sw, _), mgid in record.mgids.items():
+            self.mgids[sw].discard(mgid)
+        for sw, port, _ in self._host_ports(record.trees):
+            self.egress_refs[(sw, port)] -= 1
+            if self.egress_refs[(sw, port)] == 0:
+                del self.egress_refs[(sw, port)]
+
+
+def route_plans(topo: Topology) -> dict[str, SwitchPlan]:
+    """/32 routes to every host on every switch (shortest paths), for ordinary traffic."""
+    plans = {sw: SwitchPlan() for sw in topo.switches}
+    for host in topo.hosts.values():
+        home, port = topo.host_attachment(host.name)
+        mac = int.from_bytes(mac_bytes(host.mac), "big")
+        parents = topo.bfs_parents(home)
+        for sw in topo.switches:
+            if sw == home:
+                out = port
+            elif sw in parents and (up := parents[sw]) is not None:
+                out = up[1]
+            else:
+                continue  # unreachable: no route
+            plans[sw].tables.append(
+                TableWrite(ROUTE_TABLE, (ip_int(host.ip), 32), "ipv4_forward", (mac, out))
+            )
+    return plans

@@ -1,0 +1,277 @@
+"""The controller over P4Runtime (finsy): bmv2's simple_switch_grpc and the softswitch alike.
+
+    async with Controller(topology) as ctl:          # connects, becomes primary, pushes P4
+        await ctl.install_routes()
+        await ctl.add_job(JobSpec(1, ("h1", "h2", "h3", "h4"), pool_size=64))
+        print((await ctl.read_stats()).render())
+        await ctl.remove_job(1)
+
+Every change is planned first (`controller.jobs`) and applied switch by switch; if a switch
+refuses any update, everything this change already wrote is deleted again, so the switches
+are left as they were, and `ControllerError` says which switch refused what and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import finsy as fy
+
+from controller.jobs import JobManager, JobRecord, JobSpec, route_plans
+from controller.model import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
+from controller.stats import StatsReport, SwitchCounters
+from controller.topology import Topology
+from hostlib.wire import ip_str
+from softswitch.constants import P4INFO_PATH
+from softswitch.p4info import P4Info, load_p4info
+
+CONNECT_TIMEOUT = 10.0
+
+
+class ControllerError(RuntimeError):
+    """A switch refused a change (the change was rolled back) or cannot be reached."""
+
+
+@dataclass
+class PipelineFiles:
+    """What SetForwardingPipelineConfig sends: the P4Info, and the device config (bmv2's JSON;
+    the softswitch accepts any bytes)."""
+
+    p4info: Path = P4INFO_PATH
+    device_config: Path | bytes = b"inaemu-softswitch"
+
+
+class Controller:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        pipeline: PipelineFiles | None = None,
+        election_id: int = 10,
+        push_pipeline: bool = True,
+    ) -> None:
+        self.topology = topology.validate()
+        self.jobs = JobManager(topology)
+        self.files = pipeline or PipelineFiles()
+        self.election_id = election_id
+        self.push_pipeline = push_pipeline
+        self.p4info: P4Info = load_p4info(self.files.p4info)
+        self.switches: dict[str, fy.Switch] = {}
+        self.routes_installed = False
+
+    # ------------------------------------------------------------------ connection
+
+    async def __aenter__(self) -> Controller:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        for sw in self.topology.switches.values():
+            if not sw.grpc:
+                raise ControllerError(
+                    f'switch {sw.name!r} has no "grpc" address in the '
+                    'topology; add e.g. "grpc": "127.0.0.1:9559"'
+                )
+            options = fy.SwitchOptions(
+                p4info=self.files.p4info,
+                p4blob=self.files.device_config if self.push_pipeline else None,
+                device_id=sw.device_id,
+                initial_election_id=self.election_id,
+            )
+            switch = fy.Switch(sw.name, sw.grpc, options)
+            failures = _FinsyFailures()
+            logging.getLogger("finsy").addHandler(failures)
+            try:
+                await asyncio.wait_for(switch.__aenter__(), CONNECT_TIMEOUT)
+            except (TimeoutError, OSError, fy.P4ClientError, asyncio.CancelledError) as exc:
+                task = asyncio.current_task()
+                if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
+                    raise  # we are being cancelled ourselves
+                await self.close()
+                # finsy reports a failed pipeline push only in its log: recover the reason
+                cause = failures.errors[-1] if failures.errors else exc
+                hint = (
+                    "the switch refused the pipeline"
+                    if failures.errors
+                    else "is the switch running?"
+                )
+                raise ControllerError(
+                    f"cannot program switch {sw.name!r} at {sw.grpc} (device {sw.device_id}): "
+                    f"{_reason(cause)}; {hint}"
+                ) from None
+            finally:
+                logging.getLogger("finsy").removeHandler(failures)
+            self.switches[sw.name] = switch
+            if not switch.is_primary:
+                await self.close()
+                raise ControllerError(
+                    f"switch {sw.name!r}: another controller is primary (higher election id); "
+                    f"this controller ({self.election_id}) may not write"
+                )
+
+    async def close(self) -> None:
+        for switch in self.switches.values():
+            try:
+                await switch.__aexit__(None, None, None)
+            except Exception:
+                pass
+        self.switches.clear()
+
+    # ------------------------------------------------------------------ entities
+
+    def _entities(self, plan: SwitchPlan) -> list[Any]:
+        out: list[Any] = []
+        for w in plan.tables:
+            out.append(self._table_entry(w))
+        for g in plan.groups:
+            out.append(fy.P4MulticastGroupEntry(g.mgid, replicas=list(g.ports)))
+        return out
+
+    def _table_entry(self, w: TableWrite) -> fy.P4TableEntry:
+        table = self.p4info.table(w.table)
+        match: dict[str, Any] = {}
+        values = list(w.key)
+        for name, width, kind in table.keys:
+            if kind == "LPM":
+                value, plen = values.pop(0), values.pop(0)
+                match[name] = f"{ip_str(value)}/{plen}" if width == 32 else (value, plen)
+            else:
+                match[name] = values.pop(0)
+        action = self.p4info.action(w.action)
+        params = {n: v for (n, _), v in zip(action.params, w.params, strict=True)}
+        return fy.P4TableEntry(
+            table.name, match=fy.P4TableMatch(match), action=fy.P4TableAction(action.name, **params)
+        )
+
+    async def apply(self, plans: dict[str, SwitchPlan], *, delete: bool = False) -> None:
+        """Write (or delete) plans on their switches; on any refusal undo what was done."""
+        done: list[tuple[str, list[Any]]] = []
+        for name in sorted(plans):
+            entities = self._entities(plans[name])
+            if delete:
+                entities.reverse()  # groups and children before the job entry
+            if not entities:
+                continue
+            switch = self._switch(name)
+            try:
+                if delete:
+                    await switch.delete(entities)
+                else:
+                    await switch.insert(entities)
+            except fy.P4ClientError as exc:
+                failed = set(exc.details)
+                ok = [e for i, e in enumerate(entities) if i not in failed] if failed else []
+                await self._undo([*done, (name, ok)], delete)
+                raise ControllerError(_describe(name, exc, entities)) from None
+            done.append((name, entities))
+
+    async def _undo(self, done: list[tuple[str, list[Any]]], was_delete: bool) -> None:
+        for name, entities in reversed(done):
+            if not entities:
+                continue
+            switch = self._switch(name)
+            if was_delete:
+                await switch.insert(list(reversed(entities)), warn_only=True)
+            else:
+                await switch.delete(entities, warn_only=True)
+
+    def _switch(self, name: str) -> fy.Switch:
+        try:
+            return self.switches[name]
+        except KeyError:
+            raise ControllerError(f"not connected to switch {name!r}") from None
+
+    # ------------------------------------------------------------------ jobs, routes, loss
+
+    async def add_job(self, spec: JobSpec) -> JobRecord:
+        record = self.jobs.plan_add(spec)  # JobError: refused before anything is written
+        await self.apply(record.plans)
+        self.jobs.commit_add(record)
+        return record
+
+    async def remove_job(self, job_id: int) -> None:
+        plans = self.jobs.plan_remove(job_id)
+        await self.apply(plans, delete=True)
+        self.jobs.commit_remove(job_id)
+
+    async def install_routes(self) -> None:
+        if not self.routes_installed:
+            await self.apply(route_plans(self.topology))
+            self.routes_installed = True
+
+    async def set_loss(self, switch: str, ports: Iterable[int], probability: float) -> None:
+        """Drop packets arriving on `ports` with `probability` (0 removes the entries)."""
+        threshold = loss_threshold(probability)
+        sw = self._switch(switch)
+        entries = [
+            self._table_entry(TableWrite(LOSS_TABLE, (p,), "set_loss", (threshold,))) for p in ports
+        ]
+        await sw.delete(entries, strict=False)
+        if probability > 0:
+            await sw.insert(entries)
+
+    # ------------------------------------------------------------------ statistics
+
+    async def read_counters(self, switch: str) -> SwitchCounters:
+        sw = self._switch(switch)
+        counters = SwitchCounters(switch)
+        async for entry in sw.read(fy.P4CounterEntry()):  # type: ignore[attr-defined]
+            if entry.data is not None and entry.index is not None:
+                counters.indexed[(entry.counter_id, entry.index)] = (
+                    entry.data.packet_count,
+                    entry.data.byte_count,
+                )
+        request = fy.P4TableEntry(CHILD_TABLE, counter_data=fy.P4CounterData())
+        async for row in sw.read(request):  # type: ignore[attr-defined]
+            if row.counter_data is None or row.match is None:
+                continue
+            m = dict(row.match)
+            key = (int(m["job_id"]), int(m["tree_id"]), int(m["ingress_port"]))
+            counters.children[key] = (row.counter_data.packet_count, row.counter_data.byte_count)
+        return counters
+
+    async def read_stats(self) -> StatsReport:
+        report = StatsReport(self.topology, dict(self.jobs.jobs))
+        for name in sorted(self.switches):
+            report.switches[name] = await self.read_counters(name)
+        return report
+
+
+class _FinsyFailures(logging.Handler):
+    """Collects the exceptions finsy logs when a switch task fails."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.errors: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.errors.append(record.exc_info[1])
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer in {CONNECT_TIMEOUT:.0f}s"
+    if isinstance(exc, fy.P4ClientError):
+        return f"{exc.code.name}: {exc.message}"
+    return str(exc) or type(exc).__name__
+
+
+def _describe(switch: str, exc: fy.P4ClientError, entities: list[Any]) -> str:
+    if not exc.details:
+        return f"switch {switch!r} refused the change ({exc.code.name}: {exc.message}); rolled back"
+    lines = [
+        f"switch {switch!r} refused {len(exc.details)} of {len(entities)} updates; "
+        "everything this change wrote was rolled back:"
+    ]
+    for index, err in sorted(exc.details.items())[:5]:
+        lines.append(f"  {entities[index]!r}: {err.canonical_code.name}: {err.message}")
+    return "\n".join(lines)

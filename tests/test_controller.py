@@ -1,0 +1,203 @@
+"""The controller against softswitches over real gRPC (P4Runtime)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.jobs import JobError, JobSpec
+from controller.model import CHILD_TABLE
+from controller.p4rt import Controller, ControllerError, PipelineFiles
+from controller.topology import Topology, leaf_spine, star
+from hostlib.wire import (
+    INA_OFFSET,
+    Endpoint,
+    Flag,
+    FrameTemplate,
+    InaHeader,
+    K,
+    Opcode,
+    pack_frames,
+    parse_frames,
+    slot_field,
+)
+from softswitch.constants import P4INFO_PATH, DropReason
+from softswitch.fabric import Fabric
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.pipeline import Pipeline
+from softswitch.state import ActionCall, TableEntry
+
+
+@contextmanager
+def served(topo: Topology, pipelines: dict[str, Pipeline]) -> Iterator[Topology]:
+    """A P4Runtime server per switch; returns the topology with their real addresses."""
+    with ExitStack() as stack:
+        for name in topo.switches:
+            server = stack.enter_context(P4RuntimeServer(pipelines[name], address="127.0.0.1:0"))
+            topo.switches[name] = replace(topo.switches[name], grpc=server.address, device_id=1)
+        yield topo
+
+
+def frame(
+    topo: Topology,
+    host: str,
+    values: np.ndarray,
+    seq: int,
+    job: int = 1,
+    tree: int = 0,
+    window: int = 8,
+) -> bytes:
+    h = topo.hosts[host]
+    return pack_frames(
+        FrameTemplate(Endpoint(h.mac, h.ip), Endpoint("02:00:00:00:00:fe", "10.0.0.254")),
+        opcode=Opcode.SUM,
+        job_id=job,
+        tree_id=tree,
+        slot=slot_field(seq % window, (seq // window) % 2),
+        seq=seq,
+        values=values[None, :],
+    ).tobytes()
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_job_lifecycle_on_one_switch() -> None:
+    topo = star(4)
+    pipe = Pipeline()
+    with served(topo, {"s1": pipe}) as topo:
+
+        async def scenario() -> None:
+            async with Controller(topo) as ctl:
+                await ctl.install_routes()
+                await ctl.add_job(JobSpec(1, ("h1", "h2", "h3"), pool_size=8))
+                assert len(pipe.ina_child.entries) == 3
+                out = []
+                for i, h in enumerate(("h1", "h2", "h3")):
+                    out += pipe.process(i + 1, frame(topo, h, np.full(K, i + 1, np.int32), 0))
+                assert sorted(p for p, _ in out) == [1, 2, 3]
+                assert all(parse_frames(f)["values"][0][0] == 6 for _, f in out)
+                report = await ctl.read_stats()
+                rows = report.job_ports(1)
+                assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+                    ("s1", 1, "h1", 1),
+                    ("s1", 2, "h2", 1),
+                    ("s1", 3, "h3", 1),
+                ]
+                assert report.switches["s1"].events()["COMPLETE_ROOT"] == 1
+                assert "job 1" in report.render()
+                await ctl.remove_job(1)
+                assert not pipe.ina_job.entries and not pipe.ina_child.entries
+                assert not pipe.ina_egress.entries and not pipe.multicast.groups
+                assert len(pipe.ipv4_lpm.entries) == 4  # routes stay
+
+        run(scenario())
+
+
+def test_refusals_leave_the_switch_unchanged() -> None:
+    topo = star(4)
+    pipe = Pipeline()
+    with served(topo, {"s1": pipe}) as topo:
+
+        async def scenario() -> None:
+            async with Controller(topo) as ctl:
+                await ctl.add_job(JobSpec(1, ("h1", "h2"), pool_size=1000))
+                snapshot = {n: dict(t.entries) for n, t in pipe.tables.items()}
+                groups = dict(pipe.multicast.groups)
+                with pytest.raises(JobError, match="already installed"):
+                    await ctl.add_job(JobSpec(1, ("h3",)))
+                with pytest.raises(JobError, match="no 100 contiguous free slots"):
+                    await ctl.add_job(JobSpec(2, ("h3", "h4"), pool_size=100))
+                # an entry the controller does not know about makes the switch refuse one
+                # update of the batch: everything else of the job is rolled back
+                pipe.ina_child.insert(TableEntry((2, 0, 4), ActionCall("set_child", (9,))))
+                snapshot[CHILD_TABLE] = dict(pipe.ina_child.entries)
+                with pytest.raises(ControllerError, match="ALREADY_EXISTS"):
+                    await ctl.add_job(JobSpec(2, ("h3", "h4"), pool_size=8))
+                assert {n: dict(t.entries) for n, t in pipe.tables.items()} == snapshot
+                assert pipe.multicast.groups == groups
+                assert 2 not in ctl.jobs.jobs
+                with pytest.raises(JobError, match="not installed"):
+                    await ctl.remove_job(5)
+
+        run(scenario())
+
+
+def test_non_primary_and_incompatible_pipeline(tmp_path: Path) -> None:
+    topo = star(2)
+    pipe = Pipeline()
+    with served(topo, {"s1": pipe}) as topo:
+
+        async def scenario() -> None:
+            async with Controller(topo, election_id=20):
+                with pytest.raises(ControllerError, match="another controller is primary"):
+                    async with Controller(topo, election_id=5, push_pipeline=False):
+                        pass
+            bad = tmp_path / "bad.p4info.txt"
+            bad.write_text(P4INFO_PATH.read_text().replace("size: 4096", "size: 4097"))
+            with pytest.raises(ControllerError, match="ina_child"):
+                async with Controller(topo, pipeline=PipelineFiles(p4info=bad)):
+                    pass
+            assert not pipe.ina_job.entries
+
+        run(scenario())
+
+
+def test_unreachable_switch_is_named() -> None:
+    topo = star(1)
+    topo.switches["s1"] = replace(topo.switches["s1"], grpc="127.0.0.1:1")
+
+    async def scenario() -> None:
+        with pytest.raises(ControllerError, match=r"cannot program switch 's1' at 127\.0\.0\.1:1"):
+            async with Controller(topo):
+                pass
+
+    run(scenario())
+
+
+def test_leaf_spine_job_aggregates_across_three_switches() -> None:
+    """Two leaves and two spines; two trees rooted at different spines (multi-root)."""
+    topo = leaf_spine(2, 2, 2)
+    fab = Fabric()
+    for name in topo.switches:
+        fab.add_switch(name)
+    for lk in topo.links:
+        if lk.a_port is not None and lk.b_port is not None:
+            fab.link(lk.a, lk.a_port, lk.b, lk.b_port)
+        else:
+            host, (sw, port) = (
+                (lk.a, (lk.b, lk.b_port)) if lk.a_port is None else (lk.b, (lk.a, lk.a_port))
+            )
+            assert port is not None
+            fab.attach_host(host, sw, port)
+    with served(topo, fab.switches) as topo:
+        hosts = ("h1", "h2", "h3", "h4")
+
+        async def scenario() -> None:
+            async with Controller(topo) as ctl:
+                await ctl.add_job(JobSpec(1, hosts, pool_size=8, n_trees=2))
+
+        run(scenario())
+        rng = np.random.default_rng(1)
+        for seq in range(4):  # chunks 0..3: trees 0, 1, 0, 1
+            vals = {h: rng.integers(-999, 999, K, dtype=np.int32) for h in hosts}
+            total = sum(v.astype(np.int64) for v in vals.values())
+            got = []
+            for h in hosts:
+                got += fab.send(h, frame(topo, h, vals[h], seq, tree=seq % 2))
+            assert sorted(h for h, _ in got) == list(hosts)
+            for _, f in got:
+                assert np.array_equal(parse_frames(f)["values"][0], total)
+                hdr = InaHeader.unpack(f[INA_OFFSET:])
+                assert hdr.flags == Flag.RESULT and hdr.contrib == 4 and hdr.seq == seq
+        roots = [fab.switches[s].ina_events.packets[2] for s in ("s1", "s2")]
+        assert roots == [2, 2]
+        assert all(sum(fab.switches[s].ina_drops.packets) == 0 for s in topo.switches)
+        assert DropReason.NONE == 0

@@ -1,0 +1,114 @@
+"""`inaemu demo` end to end, as a user runs it (subprocesses, loopback wires, gRPC)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+INAEMU = [sys.executable, "-m", "controller.cli"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wire_base() -> int:
+    return random.randrange(20000, 60000, 256)
+
+
+def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*INAEMU, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--workers", "4", "--size", "300000"),
+        (
+            "--workers",
+            "3",
+            "--size",
+            "200000",
+            "--codec",
+            "sketch",
+            "--density",
+            "0.05",
+            "--loss",
+            "0.02",
+        ),
+        ("--workers", "2", "--size", "5000", "--codec", "int32", "--window", "8"),
+    ],
+    ids=["fixedpoint", "sketch-lossy", "int32"],
+)
+def test_demo_end_to_end(args: tuple[str, ...]) -> None:
+    proc = run("demo", "--wire-base", str(wire_base()), *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "identical on every worker; bit-exact vs the reference switch" in out
+    assert "error bound" in out and ": met" in out
+    assert "packets" in out and "retransmissions" in out and "switch drops" in out
+    if "--loss" in args:
+        assert "loss " in out.split("switch drops")[1].splitlines()[0]
+
+
+def test_port_taken_is_a_clear_error() -> None:
+    base = wire_base()
+    blocker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "softswitch",
+            "--wires",
+            "1-2",
+            "--wire-base",
+            str(base),
+            "--grpc",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert blocker.stdout is not None and blocker.stdout.readline().startswith("READY")
+        proc = run("demo", "--workers", "2", "--size", "1000", "--wire-base", str(base))
+        assert proc.returncode == 1
+        assert f"UDP port 127.0.0.1:{base + 2}" in proc.stderr and "is taken" in proc.stderr
+    finally:
+        blocker.terminate()
+        blocker.wait(10)
+
+
+def test_bad_options_are_refused() -> None:
+    proc = run("demo", "--codec", "nope")
+    assert proc.returncode == 1 and "unknown codec 'nope'" in proc.stderr
+    proc = run("demo", "--workers", "40")
+    assert proc.returncode == 1 and "--workers must be 1..32" in proc.stderr
+
+
+def test_ctrl_c_stops_everything() -> None:
+    base = wire_base()
+    proc = subprocess.Popen(
+        [*INAEMU, "demo", "--workers", "2", "--size", "50000000", "--wire-base", str(base)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    time.sleep(0.5)
+    leftovers = subprocess.run(
+        ["pgrep", "-f", f"--wire-base {base}"], capture_output=True, text=True
+    ).stdout.split()
+    assert leftovers == []

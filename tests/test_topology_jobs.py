@@ -1,0 +1,180 @@
+"""Topologies (file format, builders, validation) and job planning (trees, pools, groups)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controller.jobs import JobError, JobManager, JobSpec, route_plans
+from controller.model import apply_to_pipeline
+from controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
+from softswitch.constants import INA_SLOTS
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    topo = leaf_spine(2, 2, 2)
+    path = tmp_path / "topology.json"
+    topo.save(path)
+    again = Topology.load(path)
+    assert again.to_json() == topo.to_json()
+    assert again.host_attachment("h3") == ("l2", 1)
+    assert again.switch_neighbours("l1") == {3: ("s1", 1), 4: ("s2", 1)}
+
+
+def test_tutorials_style_file() -> None:
+    topo = Topology.from_json(
+        {
+            "hosts": {
+                "h1": {"ip": "10.0.1.1/24", "mac": "08:00:00:00:01:11"},
+                "h2": {"ip": "10.0.2.2/24", "mac": "08:00:00:00:02:22"},
+            },
+            "switches": {"s1": {"runtime_json": "s1-runtime.json"}, "s2": {}},
+            "links": [["h1", "s1-p1"], ["h2", "s2-p1"], ["s1-p2", "s2-p2", "bw=10"]],
+        }
+    )
+    assert topo.links[2].options == "bw=10"
+    assert topo.host_attachment("h2") == ("s2", 1)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"hosts": {}, "switches": {}, "links": []}, "no switches"),
+        ({"switches": {"s1": {}}, "links": [["h9", "s1-p1"]]}, "unknown node 'h9'"),
+        (
+            {
+                "hosts": {"h1": {"ip": "10.0.0.1", "mac": "x"}},
+                "switches": {"s1": {}},
+                "links": [["h1", "s1-p1"]],
+            },
+            "host 'h1'",
+        ),
+        (
+            {
+                "hosts": {
+                    "h1": {"ip": "10.0.0.1", "mac": "00:00:00:00:00:01"},
+                    "h2": {"ip": "10.0.0.2", "mac": "00:00:00:00:00:02"},
+                },
+                "switches": {"s1": {}},
+                "links": [["h1", "s1-p1"], ["h2", "s1-p1"]],
+            },
+            "port 1 of switch 's1' is used by links #0 and #1",
+        ),
+        (
+            {
+                "hosts": {"h1": {"ip": "10.0.0.1", "mac": "00:00:00:00:00:01"}},
+                "switches": {"s1": {}},
+                "links": [],
+            },
+            "host 'h1' has 0 links",
+        ),
+        ({"switches": {"s1": {}}, "links": [["s1", "s1-p2"]]}, "needs a port"),
+        ({"switches": {"s1": {"colour": "red"}}}, "unknown keys ['colour']"),
+        ([1, 2], "expected an object"),
+    ],
+)
+def test_bad_topologies_are_refused_clearly(data: object, message: str) -> None:
+    with pytest.raises(TopologyError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        Topology.from_json(data)
+
+
+def test_bad_file(tmp_path: Path) -> None:
+    (tmp_path / "t.json").write_text("{nope")
+    with pytest.raises(TopologyError, match="not valid JSON"):
+        Topology.load(tmp_path / "t.json")
+    with pytest.raises(TopologyError, match="no such topology file"):
+        Topology.load(tmp_path / "missing.json")
+
+
+def test_builders() -> None:
+    ft = fat_tree(4)
+    assert len(ft.hosts) == 16 and len(ft.switches) == 20
+    assert json.loads(json.dumps(ft.to_json()))["links"]
+    assert len(star(5).hosts) == 5
+
+
+def test_star_job_plan() -> None:
+    jm = JobManager(star(4))
+    rec = jm.plan_add(JobSpec(1, ("h1", "h2", "h3"), pool_size=8))
+    (plan,) = rec.plans.values()
+    jobs = [w for w in plan.tables if w.table.endswith("ina_job")]
+    assert [w.params for w in jobs] == [(0, 8, 3, 1, 1, 0)]
+    assert len([w for w in plan.tables if w.table.endswith("ina_child")]) == 3
+    assert plan.groups[0].ports == (1, 2, 3)
+
+
+def test_leaf_spine_tree_and_multi_root() -> None:
+    topo = leaf_spine(2, 2, 2)
+    jm = JobManager(topo)
+    rec = jm.plan_add(JobSpec(1, ("h1", "h2", "h3", "h4"), pool_size=8, n_trees=2))
+    assert [next(sw for sw, n in t.items() if n.is_root) for t in rec.trees] == ["s1", "s2"]
+    leaf = rec.trees[0]["l1"]
+    assert leaf.child_ports == [1, 2] and leaf.parent_port == 3 and not leaf.is_root
+    root = rec.trees[0]["s1"]
+    assert root.child_ports == [1, 2]
+    assert set(rec.pools) == {"l1", "l2", "s1", "s2"}
+
+
+def test_pools_do_not_overlap_and_exhaustion_is_refused_without_change() -> None:
+    jm = JobManager(star(4))
+    a = jm.plan_add(JobSpec(1, ("h1", "h2"), pool_size=INA_SLOTS - 100))
+    jm.commit_add(a)
+    b = jm.plan_add(JobSpec(2, ("h3", "h4"), pool_size=100))
+    assert b.pools["s1"] == (INA_SLOTS - 100, 100)
+    jm.commit_add(b)
+    before = (
+        dict(jm.pools["s1"].used),
+        dict(jm.egress_refs),
+        {k: set(v) for k, v in jm.mgids.items()},
+    )
+    with pytest.raises(JobError, match="no 1 contiguous free slots"):
+        jm.plan_add(JobSpec(3, ("h1",), pool_size=1))
+    assert before == (
+        dict(jm.pools["s1"].used),
+        dict(jm.egress_refs),
+        {k: set(v) for k, v in jm.mgids.items()},
+    )
+    jm.commit_remove(1)
+    assert jm.plan_add(JobSpec(3, ("h1",), pool_size=5)).pools["s1"] == (0, 5)
+
+
+def test_shared_host_port_rewrite_is_reference_counted() -> None:
+    jm = JobManager(star(3))
+    r1 = jm.plan_add(JobSpec(1, ("h1", "h2"), pool_size=4))
+    jm.commit_add(r1)
+    r2 = jm.plan_add(JobSpec(2, ("h2", "h3"), pool_size=4))
+    egress2 = [w for w in r2.plans["s1"].tables if w.table.endswith("ina_egress")]
+    assert [w.key for w in egress2] == [(3,)]  # h2's rewrite exists already
+    jm.commit_add(r2)
+    removal = jm.plan_remove(1)
+    assert [w.key for w in removal["s1"].tables if w.table.endswith("ina_egress")] == [(1,)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (JobSpec(1, ()), "no workers"),
+        (JobSpec(1, ("h1", "h1")), "twice"),
+        (JobSpec(1, ("h9",)), "unknown host 'h9'"),
+        (JobSpec(1, ("h1",), pool_size=3, n_trees=2), "multiple of n_trees"),
+        (JobSpec(1, ("h1",), roots=("zz",)), "root 'zz'"),
+        (JobSpec(70000, ("h1",)), "16 bits"),
+    ],
+)
+def test_bad_jobs(spec: JobSpec, message: str) -> None:
+    with pytest.raises(JobError, match=message):
+        JobManager(star(2)).plan_add(spec)
+
+
+def test_routes_forward_between_leaves() -> None:
+    from softswitch.pipeline import Pipeline
+
+    topo = leaf_spine(2, 1, 1)
+    plans = route_plans(topo)
+    pipe = Pipeline()
+    apply_to_pipeline(pipe, plans["l1"])
+    # h2 (10.0.0.2) lives behind the spine: l1 sends it up port 2
+    entry = pipe.ipv4_lpm.lookup((0x0A000002,))
+    assert entry is not None and entry.action.params[1] == 2
