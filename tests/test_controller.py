@@ -201,3 +201,66 @@ def test_leaf_spine_job_aggregates_across_three_switches() -> None:
         assert roots == [2, 2]
         assert all(sum(fab.switches[s].ina_drops.packets) == 0 for s in topo.switches)
         assert DropReason.NONE == 0
+
+
+def test_removal_with_an_entry_missing_rolls_back() -> None:
+    """Someone deleted one of the job's entries behind the controller's back: the removal
+    fails with NOT_FOUND, names it, and puts back what it had already deleted."""
+    topo = star(3)
+    pipe = Pipeline()
+    with served(topo, {"s1": pipe}) as topo:
+
+        async def scenario() -> None:
+            async with Controller(topo) as ctl:
+                await ctl.add_job(JobSpec(1, ("h1", "h2", "h3"), pool_size=4))
+                pipe.ina_child.delete((1, 0, 2))
+                snapshot = {n: dict(t.entries) for n, t in pipe.tables.items()}
+                groups = {k: list(v) for k, v in pipe.multicast.groups.items()}
+                with pytest.raises(ControllerError, match="NOT_FOUND"):
+                    await ctl.remove_job(1)
+                assert {n: dict(t.entries) for n, t in pipe.tables.items()} == snapshot
+                assert {k: list(v) for k, v in pipe.multicast.groups.items()} == groups
+                assert 1 in ctl.jobs.jobs
+
+        run(scenario())
+
+
+def test_cli_job_commands(tmp_path: Path) -> None:
+    """inaemu topo / job add / job list / stats / job remove against a live softswitch."""
+    import subprocess
+    import sys
+
+    pipe = Pipeline()
+    with P4RuntimeServer(pipe, address="127.0.0.1:0") as server:
+        topo_file = tmp_path / "topology.json"
+        topo = star(3)
+        topo.switches["s1"] = replace(topo.switches["s1"], grpc=server.address)
+        topo.save(topo_file)
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "controller.cli", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        out = cli(
+            "job", "add", "-t", str(topo_file), "--job", "7", "--workers", "h1,h2", "--pool", "16"
+        )
+        assert out.returncode == 0, out.stderr
+        assert "job 7: s1 slots [0, 16) (root)" in out.stdout
+        assert len(pipe.ina_child.entries) == 2
+        out = cli(
+            "job", "add", "-t", str(topo_file), "--job", "8", "--workers", "h3", "--pool", "16"
+        )
+        assert "s1 slots [16, 32)" in out.stdout  # the state file kept job 7's pool
+        assert "job 7: workers h1,h2" in cli("job", "list", "-t", str(topo_file)).stdout
+        assert "job 7: packets in from each child" in cli("stats", "-t", str(topo_file)).stdout
+        out = cli("job", "add", "-t", str(topo_file), "--job", "9", "--workers", "h9")
+        assert out.returncode == 1 and "unknown host 'h9'" in out.stderr
+        assert cli("job", "remove", "-t", str(topo_file), "--job", "7").returncode == 0
+        assert sorted(k[0] for k in pipe.ina_child.entries) == [8]
+        (tmp_path / "bad.json").write_text('{"switches": {}, "links": []}')
+        out = cli("stats", "-t", str(tmp_path / "bad.json"))
+        assert out.returncode == 1 and "no switches" in out.stderr
