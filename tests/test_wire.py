@@ -90,3 +90,13 @@ def test_bad_addresses_are_refused_clearly() -> None:
         wire.ip_int("10.0.0.300")
     with pytest.raises(ValueError, match="slot index"):
         wire.slot_field(0x8000, 0)
+
+
+@given(st.binary(min_size=20, max_size=20) | st.sampled_from([b"\0" * 20, b"\xff" * 20]))
+def test_ipv4_checksum_is_rfc_1071(header: bytes) -> None:
+    import struct
+
+    total = sum(struct.unpack("!10H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    assert wire.ipv4_checksum(header) == (~total) & 0xFFFF
