@@ -242,3 +242,39 @@ def test_transport_port_taken_is_named() -> None:
             UdpTransport("127.0.0.4", "127.0.0.5")
     finally:
         a.close()
+
+
+def test_chunks_striped_over_two_trees() -> None:
+    """n_trees=2: chunk i travels on tree (i mod W) mod 2; both trees' entries are used."""
+    from controller.model import apply_to_pipeline
+    from controller.star import star_job_plan
+
+    ws = workers(3)
+    xs = int_inputs(3, 20 * K, seed=9)
+    with running_switch([w.port for w in ws]) as (sw, base):
+        apply_to_pipeline(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=8, mgid=1, n_trees=2))
+        clients = [
+            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=8, n_trees=2)
+            for w in ws
+        ]
+        outs = run_threads(
+            [lambda c=c, x=x: c.allreduce_int32(x)[0] for c, x in zip(clients, xs, strict=True)]
+        )
+        per_tree = {key[1]: e.packets for key, e in sw.pipeline.ina_child.entries.items()}
+    assert all(np.array_equal(o, np.stack(xs).astype(np.int64).sum(0)) for o in outs)
+    assert per_tree == {0: 10, 1: 10}  # 20 chunks per worker, half on each tree
+
+
+def test_int32_overflow_through_the_switch_fails_clearly() -> None:
+    from hostlib.codecs import SumOverflow, make_codec
+
+    ws = workers(2)
+    x = np.full(10, 2**30 + 1, dtype=np.int32)
+    with running_switch([w.port for w in ws]) as (sw, base):
+        install_star(sw, 1, ws, pool=4)
+        clients = [
+            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4, n_workers=2)
+            for w in ws
+        ]
+        with pytest.raises(SumOverflow, match="int32"):
+            run_threads([lambda c=c: c.allreduce(x, make_codec("int32")) for c in clients])
