@@ -26,7 +26,7 @@ from controller.model import apply_to_pipeline
 from controller.star import Worker, star_job_plan
 from hostlib.client import InaClient
 from hostlib.transport import LoopbackWireTransport
-from hostlib.wire import Endpoint, FrameTemplate, K, Opcode, pack_frames, slot_field
+from hostlib.wire import Endpoint, FrameTemplate, K, Opcode, pack_frames, pack_payloads, slot_field
 from softswitch.constants import DropReason, Event
 from softswitch.pipeline import Pipeline
 from softswitch.switch import SoftSwitch
@@ -48,12 +48,14 @@ def bench_in_process(n: int, chunks: int) -> tuple[float, float]:
     for w in star(n):
         rec = pack_frames(
             FrameTemplate(Endpoint(w.mac, w.ip), switch),
-            opcode=Opcode.SUM,
-            job_id=1,
-            tree_id=0,
-            slot=[slot_field(int(i % WINDOW), int(i // WINDOW) % 2) for i in ids],
-            seq=ids,
-            values=rng.integers(-1000, 1000, (chunks, K), dtype=np.int32),
+            pack_payloads(
+                opcode=Opcode.SUM,
+                job_id=1,
+                tree_id=0,
+                slot=[slot_field(int(i % WINDOW), int(i // WINDOW) % 2) for i in ids],
+                seq=ids,
+                values=rng.integers(-1000, 1000, (chunks, K), dtype=np.int32),
+            ),
         )
         frames.append([r.tobytes() for r in rec])
     process = pipe.process

@@ -221,31 +221,11 @@ def pack_payloads(
     return out
 
 
-def pack_frames(
-    template: FrameTemplate,
-    *,
-    opcode: int,
-    job_id: int,
-    tree_id: npt.ArrayLike,
-    slot: npt.ArrayLike,
-    seq: npt.ArrayLike,
-    values: npt.NDArray[np.int32],
-    lanes: npt.ArrayLike = K,
-    flags: npt.ArrayLike = 0,
-    contrib: int = 1,
-) -> npt.NDArray[np.void]:
-    """Build len(values) whole frames at once; `values` is (n, K) int32, unused lanes zero."""
-    payloads = pack_payloads(
-        opcode=opcode,
-        job_id=job_id,
-        tree_id=tree_id,
-        slot=slot,
-        seq=seq,
-        values=values,
-        lanes=lanes,
-        flags=flags,
-        contrib=contrib,
-    )
+def pack_frames(template: FrameTemplate, payloads: npt.NDArray[np.void]) -> npt.NDArray[np.void]:
+    """Whole frames: `template`'s Ethernet/IPv4/UDP headers in front of each INA payload.
+
+    frames = pack_frames(template, pack_payloads(opcode=..., job_id=..., ...))
+    """
     frames = np.repeat(template.header_record(), len(payloads))
     for name in INA_DTYPE.names or ():
         frames[name] = payloads[name]

@@ -20,6 +20,7 @@ from hostlib.wire import (
     K,
     Opcode,
     pack_frames,
+    pack_payloads,
     parse_frames,
 )
 from softswitch.ports import AfPacketPort
@@ -38,12 +39,14 @@ def main() -> int:
     values = np.arange(K, dtype=np.int32)[None, :] * 3
     frame = pack_frames(
         FrameTemplate(Endpoint(worker.mac, worker.ip), Endpoint("02:00:00:00:00:fe", "10.0.0.254")),
-        opcode=Opcode.SUM,
-        job_id=1,
-        tree_id=0,
-        slot=0,
-        seq=42,
-        values=values,
+        pack_payloads(
+            opcode=Opcode.SUM,
+            job_id=1,
+            tree_id=0,
+            slot=0,
+            seq=42,
+            values=values,
+        ),
     ).tobytes()
     try:
         host.send(frame)

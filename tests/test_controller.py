@@ -24,6 +24,7 @@ from hostlib.wire import (
     K,
     Opcode,
     pack_frames,
+    pack_payloads,
     parse_frames,
     slot_field,
 )
@@ -56,12 +57,14 @@ def frame(
     h = topo.hosts[host]
     return pack_frames(
         FrameTemplate(Endpoint(h.mac, h.ip), Endpoint("02:00:00:00:00:fe", "10.0.0.254")),
-        opcode=Opcode.SUM,
-        job_id=job,
-        tree_id=tree,
-        slot=slot_field(seq % window, (seq // window) % 2),
-        seq=seq,
-        values=values[None, :],
+        pack_payloads(
+            opcode=Opcode.SUM,
+            job_id=job,
+            tree_id=tree,
+            slot=slot_field(seq % window, (seq // window) % 2),
+            seq=seq,
+            values=values[None, :],
+        ),
     ).tobytes()
 
 

@@ -29,7 +29,16 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
 from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
-from hostlib.wire import Endpoint, Flag, FrameTemplate, K, Opcode, pack_frames, parse_frames
+from hostlib.wire import (
+    Endpoint,
+    Flag,
+    FrameTemplate,
+    K,
+    Opcode,
+    pack_frames,
+    pack_payloads,
+    parse_frames,
+)
 from softswitch.constants import INA_SLOTS, P4INFO_PATH, DropReason, Event
 from softswitch.p4info import load_p4info
 from softswitch.p4runtime_server import Arbitration, P4RuntimeServer, decode_bytes, encode_bytes
@@ -1180,12 +1189,14 @@ def job_entities() -> list[fy.P4Entity]:
 def worker_frame(port: int, values: np.ndarray, seq: int = 0) -> bytes:
     return pack_frames(
         FrameTemplate(HOSTS[port], SWITCH),
-        opcode=Opcode.SUM,
-        job_id=1,
-        tree_id=0,
-        slot=seq % 4,
-        seq=seq,
-        values=values[None, :],
+        pack_payloads(
+            opcode=Opcode.SUM,
+            job_id=1,
+            tree_id=0,
+            slot=seq % 4,
+            seq=seq,
+            values=values[None, :],
+        ),
     ).tobytes()
 
 

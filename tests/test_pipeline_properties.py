@@ -28,6 +28,7 @@ from hostlib.wire import (
     K,
     Opcode,
     pack_frames,
+    pack_payloads,
     parse_frames,
     slot_field,
 )
@@ -65,13 +66,15 @@ class Worker:
             FrameTemplate(
                 Endpoint(f"00:00:00:00:01:{self.port:02x}", f"10.0.1.{self.port}"), SWITCH
             ),
-            opcode=Opcode.SUM,
-            job_id=self.job.job_id,
-            tree_id=0,
-            slot=slot_field(chunk % w, (chunk // w) % 2),
-            seq=chunk,
-            values=self.job.values[self.index, chunk][None, :],
-            flags=int(Flag.RETX) if retx else 0,
+            pack_payloads(
+                opcode=Opcode.SUM,
+                job_id=self.job.job_id,
+                tree_id=0,
+                slot=slot_field(chunk % w, (chunk // w) % 2),
+                seq=chunk,
+                values=self.job.values[self.index, chunk][None, :],
+                flags=int(Flag.RETX) if retx else 0,
+            ),
         )
         return rec.tobytes()
 

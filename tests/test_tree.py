@@ -13,6 +13,7 @@ from hostlib.wire import (
     K,
     Opcode,
     pack_frames,
+    pack_payloads,
     parse_frames,
     slot_field,
 )
@@ -52,13 +53,15 @@ def build() -> Fabric:
 def frame(host: str, values: np.ndarray, seq: int = 0, retx: bool = False) -> bytes:
     return pack_frames(
         FrameTemplate(HOSTS[host], SWITCH),
-        opcode=Opcode.SUM,
-        job_id=1,
-        tree_id=0,
-        slot=slot_field(seq % 4, (seq // 4) % 2),
-        seq=seq,
-        values=values[None, :],
-        flags=int(Flag.RETX) if retx else 0,
+        pack_payloads(
+            opcode=Opcode.SUM,
+            job_id=1,
+            tree_id=0,
+            slot=slot_field(seq % 4, (seq // 4) % 2),
+            seq=seq,
+            values=values[None, :],
+            flags=int(Flag.RETX) if retx else 0,
+        ),
     ).tobytes()
 
 

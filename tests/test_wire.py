@@ -33,15 +33,17 @@ headers = st.builds(
 def test_numpy_scapy_struct_agree(h: InaHeader, values: list[int]) -> None:
     rec = wire.pack_frames(
         FrameTemplate(SRC, DST),
-        opcode=h.opcode,
-        job_id=h.job_id,
-        tree_id=h.tree_id,
-        slot=h.slot,
-        seq=h.seq,
-        values=np.array([values], dtype=np.int32),
-        lanes=h.lanes,
-        flags=h.flags,
-        contrib=h.contrib,
+        wire.pack_payloads(
+            opcode=h.opcode,
+            job_id=h.job_id,
+            tree_id=h.tree_id,
+            slot=h.slot,
+            seq=h.seq,
+            values=np.array([values], dtype=np.int32),
+            lanes=h.lanes,
+            flags=h.flags,
+            contrib=h.contrib,
+        ),
     )
     rec["ver_flags"] = (h.version << 4) | h.flags
     frame = rec.tobytes()

@@ -32,6 +32,7 @@ from hostlib.wire import (  # noqa: E402
     K,
     Opcode,
     pack_frames,
+    pack_payloads,
     slot_field,
 )
 from softswitch.constants import DropReason, Event  # noqa: E402
@@ -82,15 +83,17 @@ class Ina:
         vals[0, : len(self.values)] = self.values
         rec = pack_frames(
             FrameTemplate(self.src, self.dst),
-            opcode=self.opcode,
-            job_id=self.job,
-            tree_id=self.tree,
-            slot=slot_field(self.slot, self.set_),
-            seq=self.seq,
-            values=vals.astype(np.uint32).view(np.int32),
-            lanes=self.lanes,
-            flags=self.flags,
-            contrib=self.contrib,
+            pack_payloads(
+                opcode=self.opcode,
+                job_id=self.job,
+                tree_id=self.tree,
+                slot=slot_field(self.slot, self.set_),
+                seq=self.seq,
+                values=vals.astype(np.uint32).view(np.int32),
+                lanes=self.lanes,
+                flags=self.flags,
+                contrib=self.contrib,
+            ),
         )
         rec["ver_flags"] = (self.version << 4) | (self.flags & 0xF)
         rec["udp_csum"] = self.udp_csum
