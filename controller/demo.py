@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import multiprocessing as mp
 import queue
+import select
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ from controller.topology import Topology, star
 from hostlib.wire import FRAME_BYTES, K
 
 JOB_ID = 1
+SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
 
 
 @dataclass
@@ -239,6 +241,11 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str]:
     ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
+    ready, _, _ = select.select([proc.stdout], [], [], SWITCH_START_TIMEOUT)
+    if not ready:
+        proc.kill()
+        proc.wait(10)
+        raise DemoError(f"the softswitch did not start within {SWITCH_START_TIMEOUT:.0f} s")
     line = proc.stdout.readline()  # READY ... or EOF if it failed
     if not line.startswith("READY"):
         proc.wait(10)
