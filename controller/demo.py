@@ -19,6 +19,7 @@ import queue
 import select
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from multiprocessing.sharedctypes import Synchronized
@@ -239,17 +240,21 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str]:
         "--seed",
         str(opts.seed),
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    ready, _, _ = select.select([proc.stdout], [], [], SWITCH_START_TIMEOUT)
-    if not ready:
-        proc.kill()
-        proc.wait(10)
-        raise DemoError(f"the softswitch did not start within {SWITCH_START_TIMEOUT:.0f} s")
-    line = proc.stdout.readline()  # READY ... or EOF if it failed
-    if not line.startswith("READY"):
-        proc.wait(10)
-        raise DemoError(proc.stderr.read().strip() or f"softswitch exited with {proc.returncode}")
+    # stderr goes to a file, not a pipe: a pipe nobody drains would stall a chatty switch.
+    # The child keeps its own descriptor when ours is closed.
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], SWITCH_START_TIMEOUT)
+        if not ready:
+            proc.kill()
+            proc.wait(10)
+            raise DemoError(f"the softswitch did not start within {SWITCH_START_TIMEOUT:.0f} s")
+        line = proc.stdout.readline()  # READY ... or EOF if it failed
+        if not line.startswith("READY"):
+            proc.wait(10)
+            log.seek(0)
+            raise DemoError(log.read().strip() or f"softswitch exited with {proc.returncode}")
     fields = dict(kv.split("=", 1) for kv in line.split()[1:])
     return proc, fields["grpc"]
 
