@@ -40,7 +40,7 @@ from softswitch.stf import (
 )
 
 TOOLS = ("p4c-bm2-ss", "simple_switch", "simple_switch_CLI")
-START_WAIT_S = 4  # --use-files: seconds before bmv2 starts reading the input pcaps
+START_WAIT_S = 8  # --use-files: seconds before bmv2 starts reading the input pcaps
 
 
 def bmv2_available() -> str | None:
@@ -162,11 +162,13 @@ class Bmv2Runner:
             for p in sorted(ports):
                 argv += ["-i", f"{p}@{d / f'pcap{p}'}"]
             argv.append(str(self.json_path))
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            errors = d / "simple_switch.stderr"
+            with errors.open("w") as err_file:  # a file: a pipe nobody drains could stall it
+                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
             try:
-                self._wait_thrift(thrift, proc)
+                self._wait_thrift(thrift, proc, errors)
                 cli_in = "\n".join(self._cli_commands(case)) + "\n"
-                subprocess.run(
+                cli = subprocess.run(
                     ["simple_switch_CLI", "--thrift-port", str(thrift)],
                     input=cli_in,
                     text=True,
@@ -174,6 +176,10 @@ class Bmv2Runner:
                     capture_output=True,
                     timeout=START_WAIT_S * 5,
                 )
+                # the CLI exits 0 even when a command fails; it says so on stdout
+                bad = [ln for ln in cli.stdout.splitlines() if re.search(r"Error|Invalid", ln)]
+                if bad:
+                    raise RuntimeError(f"simple_switch_CLI refused the setup: {bad[:5]}")
                 self._wait_output_settled(d, ports, len(packets), timeout)
                 counters = self._read_counters(case, thrift)
             finally:
@@ -187,12 +193,11 @@ class Bmv2Runner:
         return compare(case, emitted, counters, len(packets))
 
     @staticmethod
-    def _wait_thrift(port: int, proc: subprocess.Popen[bytes]) -> None:
+    def _wait_thrift(port: int, proc: subprocess.Popen[bytes], errors: Path) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"simple_switch exited: {err}")
+                raise RuntimeError(f"simple_switch exited: {errors.read_text().strip()}")
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     return
