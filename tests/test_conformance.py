@@ -62,3 +62,17 @@ def test_p4c_emits_the_committed_p4info(bmv2_json: Path) -> None:
 
     built = parse_p4info_text((bmv2_json.parent / "ina.p4info.txt").read_text())
     assert p4info_diff(built, load_p4info().message) == []
+
+
+def test_bmv2_cli_commands_for_the_cases() -> None:
+    """What the bmv2 target sends to simple_switch_CLI (checked here without bmv2)."""
+    runner = Bmv2Runner(Path("unused.json"))
+    cmds = runner._cli_commands(load_stf(CASE_DIR / "ipv4_forwarding.stf"))
+    assert cmds == [
+        "table_add InaIngress.fwd.ipv4_lpm InaIngress.fwd.ipv4_forward 167772162/32 => 2 2",
+        "table_add InaIngress.fwd.ipv4_lpm InaIngress.fwd.ipv4_forward 167772160/24 => 170 3",
+    ]
+    cmds = runner._cli_commands(load_stf(CASE_DIR / "tree_leaf.stf"))
+    assert cmds[0] == "table_add InaIngress.agg.ina_job InaIngress.agg.agg_node 1 0 => 0 4 2 1 0 3"
+    assert "table_add InaIngress.agg.ina_child InaIngress.agg.set_child 1 0 2 => 1" in cmds
+    assert cmds[-3:] == ["mc_mgrp_create 1", "mc_node_create 0 1 2", "mc_node_associate 1 0"]
