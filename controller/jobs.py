@@ -64,6 +64,33 @@ class JobRecord:
         return sorted(self.pools)
 
 
+def add_tree_node(
+    plan: SwitchPlan, job_id: int, tree: int, node: TreeNode, pool: tuple[int, int], mgid: int
+) -> None:
+    """The entries that make `node` one switch of tree `tree` of the job: its ina_job entry
+    (pool, fan-in, group, root or parent port), one ina_child entry per child (child index =
+    position) and the multicast group to its children."""
+    base, size = pool
+    plan.tables.append(
+        TableWrite(
+            JOB_TABLE,
+            (job_id, tree),
+            "agg_node",
+            (base, size, len(node.child_ports), mgid, int(node.is_root), node.parent_port),
+        )
+    )
+    for index, port in enumerate(node.child_ports):
+        plan.tables.append(TableWrite(CHILD_TABLE, (job_id, tree, port), "set_child", (index,)))
+    plan.groups.append(MulticastGroup(mgid, tuple(node.child_ports)))
+
+
+def host_rewrite(port: int, mac: str, ip: str) -> TableWrite:
+    """The ina_egress entry that addresses result copies leaving `port` to its host."""
+    return TableWrite(
+        EGRESS_TABLE, (port,), "to_host", (int.from_bytes(mac_bytes(mac), "big"), ip_int(ip))
+    )
+
+
 def aggregation_tree(topo: Topology, workers: tuple[str, ...], root: str) -> dict[str, TreeNode]:
     """The shortest-path tree from `root` that reaches every worker's switch."""
     parents = topo.bfs_parents(root)
@@ -213,27 +240,7 @@ class JobManager:
         plans = {sw: SwitchPlan() for sw in pools}
         for t, tree in enumerate(trees):
             for sw, n in tree.items():
-                base, size = pools[sw]
-                plans[sw].tables.append(
-                    TableWrite(
-                        JOB_TABLE,
-                        (spec.job_id, t),
-                        "agg_node",
-                        (
-                            base,
-                            size,
-                            len(n.child_ports),
-                            mgids[(sw, t)],
-                            int(n.is_root),
-                            n.parent_port,
-                        ),
-                    )
-                )
-                for index, port in enumerate(n.child_ports):
-                    plans[sw].tables.append(
-                        TableWrite(CHILD_TABLE, (spec.job_id, t, port), "set_child", (index,))
-                    )
-                plans[sw].groups.append(MulticastGroup(mgids[(sw, t)], tuple(n.child_ports)))
+                add_tree_node(plans[sw], spec.job_id, t, n, pools[sw], mgids[(sw, t)])
         for sw, port, host in self._host_ports(trees):
             if self.egress_refs.get((sw, port), 0) == 0:
                 plans[sw].tables.append(self._egress_write(port, host))
@@ -250,12 +257,7 @@ class JobManager:
 
     def _egress_write(self, port: int, host: str) -> TableWrite:
         h = self.topo.hosts[host]
-        return TableWrite(
-            EGRESS_TABLE,
-            (port,),
-            "to_host",
-            (int.from_bytes(mac_bytes(h.mac), "big"), ip_int(h.ip)),
-        )
+        return host_rewrite(port, h.mac, h.ip)
 
     def commit_add(self, record: JobRecord) -> None:
         spec = record.spec

@@ -1,18 +1,16 @@
-"""The simplest job: every worker on one switch, which is the root of a one-level tree."""
+"""The simplest job: every worker on one switch, which is the root of a one-level tree.
+
+For tests and benchmarks that program an in-process pipeline without a topology; the entries
+come from the same functions `controller.jobs` uses.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.model import (
-    CHILD_TABLE,
-    EGRESS_TABLE,
-    JOB_TABLE,
-    MulticastGroup,
-    SwitchPlan,
-    TableWrite,
-)
-from hostlib.wire import MAX_FANIN, ip_int, mac_bytes
+from controller.jobs import TreeNode, add_tree_node, host_rewrite
+from controller.model import SwitchPlan
+from hostlib.wire import MAX_FANIN
 from softswitch.constants import INA_SLOTS
 
 
@@ -35,7 +33,7 @@ def star_job_plan(
     """Entries for `job_id` on one switch with `workers`, slots [base, base + pool_size).
 
     With several trees, each tree gets its own ina_job entry over the same pool (chunk i uses
-    tree (i mod W) mod T, so trees never share a slot).
+    tree (i mod W) mod T, so trees never share a slot) and its own multicast group mgid + t.
     """
     if not 1 <= len(workers) <= MAX_FANIN:
         raise ValueError(f"a job needs 1..{MAX_FANIN} workers per switch, got {len(workers)}")
@@ -46,24 +44,8 @@ def star_job_plan(
             f"slot pool [{base}, {base + pool_size}) does not fit the switch's {INA_SLOTS} slots"
         )
     plan = SwitchPlan()
+    node = TreeNode("s1", is_root=True, child_ports=[w.port for w in workers])
     for tree in range(n_trees):
-        plan.tables.append(
-            TableWrite(
-                JOB_TABLE, (job_id, tree), "agg_node", (base, pool_size, len(workers), mgid, 1, 0)
-            )
-        )
-        for index, w in enumerate(workers):
-            plan.tables.append(
-                TableWrite(CHILD_TABLE, (job_id, tree, w.port), "set_child", (index,))
-            )
-    for w in workers:
-        plan.tables.append(
-            TableWrite(
-                EGRESS_TABLE,
-                (w.port,),
-                "to_host",
-                (int.from_bytes(mac_bytes(w.mac), "big"), ip_int(w.ip)),
-            )
-        )
-    plan.groups.append(MulticastGroup(mgid, tuple(w.port for w in workers)))
+        add_tree_node(plan, job_id, tree, node, (base, pool_size), mgid + tree)
+    plan.tables += [host_rewrite(w.port, w.mac, w.ip) for w in workers]
     return plan
