@@ -62,15 +62,17 @@ def bench_in_process(n: int, chunks: int) -> tuple[float, float]:
     start = time.perf_counter()
     emitted = 0
     for i in range(chunks):
-        for w in range(n):
-            emitted += len(process(w + 1, frames[w][i]))
+        for j in range(n):
+            emitted += len(process(j + 1, frames[j][i]))
     elapsed = time.perf_counter() - start
     assert emitted == chunks * n, "every chunk completed and was multicast"
     pps = chunks * n / elapsed
     return pps, pps * K
 
 
-def _worker(port: int, base: int, size: int, n: int, go: MpEvent, q: mp.Queue) -> None:  # type: ignore[type-arg]
+def _worker(
+    port: int, base: int, size: int, n: int, go: MpEvent, q: mp.Queue[tuple[float, int]]
+) -> None:
     x = np.random.default_rng(port).integers(-1000, 1000, size, dtype=np.int32)
     client = InaClient(
         LoopbackWireTransport(port, base=base),
@@ -91,7 +93,7 @@ def bench_loopback(n: int, chunks: int, base: int) -> tuple[float, float, float,
     sw.add_loopback_wires(range(1, n + 1), base=base)
     sw.start()
     try:
-        q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
+        q: mp.Queue[tuple[float, int]] = mp.Queue()
         go = mp.Event()
         ctx_procs = [
             mp.Process(target=_worker, args=(p, base, chunks * K, n, go, q))

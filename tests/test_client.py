@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,11 @@ from tests.helpers import install_star, run_threads, running_switch, workers
 def int_inputs(n_workers: int, size: int, seed: int = 0) -> list[npt.NDArray[np.int32]]:
     rng = np.random.default_rng(seed)
     return [rng.integers(-(2**20), 2**20, size, dtype=np.int32) for _ in range(n_workers)]
+
+
+def int32_result(c: InaClient, x: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """`c.allreduce_int32(x)` without its overflow mask."""
+    return c.allreduce_int32(x)[0]
 
 
 @pytest.mark.parametrize("loss", [0.0, 0.01, 0.10])
@@ -38,7 +44,7 @@ def test_exact_sum_under_injected_loss(loss: float) -> None:
             for w in ws
         ]
         results = run_threads(
-            [lambda c=c, x=x: c.allreduce_int32(x) for c, x in zip(clients, xs, strict=True)]
+            [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
         )
         for c in clients:
             c.transport.close()
@@ -72,7 +78,7 @@ def test_consecutive_operations_and_opcodes() -> None:
             out.append(c.allreduce_int32(x[:1])[0])
             return out
 
-        outs = run_threads([lambda c=c, x=x: work(c, x) for c, x in zip(clients, xs, strict=True)])
+        outs = run_threads([partial(work, c, x) for c, x in zip(clients, xs, strict=True)])
     stack = np.stack(xs)[:, : 3 * K + 5]
     for o in outs:
         assert np.array_equal(o[0], stack.astype(np.int64).sum(0))
@@ -93,7 +99,7 @@ def test_overflow_is_reported_per_chunk() -> None:
         clients = [
             InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4) for w in ws
         ]
-        outs = run_threads([lambda c=c: c.allreduce_int32(a) for c in clients])
+        outs = run_threads([partial(c.allreduce_int32, a) for c in clients])
     for res, over in outs:
         assert res[K + 5] == 2**31 - 1  # saturated
         assert over[K : 2 * K].all() and not over[:K].any() and not over[2 * K :].any()
@@ -116,9 +122,7 @@ def test_duplicated_and_reordered_results_are_harmless() -> None:
             InaClient(DuplicatingReorderingTransport(w.port, base=base), job_id=1, window=8)
             for w in ws
         ]
-        outs = run_threads(
-            [lambda c=c, x=x: c.allreduce_int32(x)[0] for c, x in zip(clients, xs, strict=True)]
-        )
+        outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
     expected = np.stack(xs).astype(np.int64).sum(0)
     for o, c in zip(outs, clients, strict=True):
         assert np.array_equal(o, expected)
@@ -188,12 +192,11 @@ def test_codecs_through_the_switch_match_the_reference_bit_for_bit(codec_name: s
             )
             for w in ws
         ]
-        outs = run_threads(
-            [
-                lambda c=c, x=x: c.allreduce(x, make_codec(codec_name))
-                for c, x in zip(clients, xs, strict=True)
-            ]
-        )
+
+        def reduce(c: InaClient, x: npt.NDArray[np.float32]) -> npt.NDArray[np.generic]:
+            return c.allreduce(x, make_codec(codec_name))
+
+        outs = run_threads([partial(reduce, c, x) for c, x in zip(clients, xs, strict=True)])
     for out in outs:
         assert out.dtype == np.float32
         assert np.array_equal(out, expected[0])
@@ -257,9 +260,7 @@ def test_chunks_striped_over_two_trees() -> None:
             InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=8, n_trees=2)
             for w in ws
         ]
-        outs = run_threads(
-            [lambda c=c, x=x: c.allreduce_int32(x)[0] for c, x in zip(clients, xs, strict=True)]
-        )
+        outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
         per_tree = {key[1]: e.packets for key, e in sw.pipeline.ina_child.entries.items()}
     assert all(np.array_equal(o, np.stack(xs).astype(np.int64).sum(0)) for o in outs)
     assert per_tree == {0: 10, 1: 10}  # 20 chunks per worker, half on each tree
@@ -276,5 +277,9 @@ def test_int32_overflow_through_the_switch_fails_clearly() -> None:
             InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4, n_workers=2)
             for w in ws
         ]
+
+        def reduce(c: InaClient) -> npt.NDArray[np.generic]:
+            return c.allreduce(x, make_codec("int32"))
+
         with pytest.raises(SumOverflow, match="int32"):
-            run_threads([lambda c=c: c.allreduce(x, make_codec("int32")) for c in clients])
+            run_threads([partial(reduce, c) for c in clients])

@@ -72,7 +72,9 @@ def worker_inputs(draw: st.DrawFn, dtypes: list[Any] = FLOAT_DTYPES) -> list[npt
 
 
 def exact_sum(xs: list[npt.NDArray[Any]]) -> npt.NDArray[np.float64]:
-    return np.sum([x.astype(np.float64) for x in xs], axis=0)
+    # numpy's stubs type a reduction over a list of arrays as Any: name the result's type
+    total: npt.NDArray[np.float64] = np.sum([x.astype(np.float64) for x in xs], axis=0)
+    return total
 
 
 def check_within_bound(
@@ -87,7 +89,10 @@ def check_within_bound(
 
 
 def agreed_exponents(xs: list[npt.NDArray[Any]], block_size: int) -> npt.NDArray[np.int32]:
-    return np.max([fp.block_exponents(x, block_size) for x in xs], axis=0).astype(np.int32)
+    agreed: npt.NDArray[np.int32] = np.max(
+        [fp.block_exponents(x, block_size) for x in xs], axis=0
+    ).astype(np.int32)
+    return agreed
 
 
 # ---- fixed point: properties ---------------------------------------------------------------

@@ -292,7 +292,7 @@ def test_bad_parameters() -> None:
         {"slack_sqrt": -1},
     ):
         with pytest.raises(ValueError):
-            SketchCodec(**kwargs)  # type: ignore[arg-type]
+            SketchCodec(**kwargs)
     with pytest.raises(TypeError):
         SketchCodec().phases(np.zeros(3, np.int16), 1)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from controller.jobs import JobError, JobSpec
@@ -34,6 +36,8 @@ from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.pipeline import Pipeline
 from softswitch.state import ActionCall, TableEntry
 
+T = TypeVar("T")
+
 
 @contextmanager
 def served(topo: Topology, pipelines: dict[str, Pipeline]) -> Iterator[Topology]:
@@ -48,7 +52,7 @@ def served(topo: Topology, pipelines: dict[str, Pipeline]) -> Iterator[Topology]
 def frame(
     topo: Topology,
     host: str,
-    values: np.ndarray,
+    values: npt.NDArray[np.int32],
     seq: int,
     job: int = 1,
     tree: int = 0,
@@ -68,8 +72,8 @@ def frame(
     ).tobytes()
 
 
-def run(coro: object) -> object:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
 
 
 def test_job_lifecycle_on_one_switch() -> None:
@@ -203,7 +207,7 @@ def test_leaf_spine_job_aggregates_across_three_switches() -> None:
         roots = [fab.switches[s].ina_events.packets[2] for s in ("s1", "s2")]
         assert roots == [2, 2]
         assert all(sum(fab.switches[s].ina_drops.packets) == 0 for s in topo.switches)
-        assert DropReason.NONE == 0
+        assert int(DropReason.NONE) == 0
 
 
 def test_removal_with_an_entry_missing_rolls_back() -> None:

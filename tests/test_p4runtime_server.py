@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import os
 import queue
 import shutil
@@ -15,15 +16,16 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import finsy as fy
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
-from finsy.p4entity import P4Replica
+from finsy.p4entity import P4Entity, P4Replica
 from finsy.proto.google.rpc import status_pb2
 from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
@@ -41,13 +43,15 @@ from hostlib.wire import (
 )
 from softswitch.constants import INA_SLOTS, P4INFO_PATH, DropReason, Event
 from softswitch.p4info import load_p4info
-from softswitch.p4runtime_server import Arbitration, P4RuntimeServer, decode_bytes, encode_bytes
+from softswitch.p4rt_arbitration import Arbitration
+from softswitch.p4runtime_server import P4RuntimeServer, decode_bytes, encode_bytes
 from softswitch.pipeline import Pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 INFO = load_p4info()
 CODE = grpc.StatusCode
 T = TypeVar("T")
+E = TypeVar("E", bound=P4Entity)
 
 # ---------------------------------------------------------------------- helpers
 
@@ -200,7 +204,11 @@ class Controller:
             return True
         return False
 
-    def write(self, *updates: p4r.Update, atomicity: int = 0) -> None:
+    def write(
+        self,
+        *updates: p4r.Update,
+        atomicity: p4r.WriteRequest.Atomicity.ValueType = p4r.WriteRequest.CONTINUE_ON_ERROR,
+    ) -> None:
         request = p4r.WriteRequest(device_id=self.device_id, updates=updates, atomicity=atomicity)
         if self.election_id is not None:
             request.election_id.CopyFrom(u128(self.election_id))
@@ -213,7 +221,9 @@ class Controller:
     def set_pipeline(
         self,
         p4info: p4info_pb2.P4Info | None = None,
-        action: int = p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        action: p4r.SetForwardingPipelineConfigRequest.Action.ValueType = (
+            p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+        ),
         device_config: bytes = b"softswitch",
         cookie: int | None = None,
     ) -> None:
@@ -288,6 +298,19 @@ def finsy_switch(
         initial_election_id=election_id,
     )
     return fy.Switch(f"sw{election_id}", server.address, options)
+
+
+def finsy_read(sw: fy.Switch, entity: E) -> AsyncIterator[E]:
+    """`sw.read(entity)`: the entities the switch returns, as finsy decodes them."""
+    # finsy declares the Switch.read overloads `async def ... -> AsyncGenerator`, which mypy
+    # takes for a coroutine returning a generator; at run time it is the async generator.
+    return sw.read(entity)  # type: ignore[return-value]
+
+
+def match_of(entry: fy.P4TableEntry | None) -> fy.P4TableMatch:
+    """The match of a table entry read back (finsy decodes it, aliases as keys)."""
+    assert entry is not None and entry.match is not None, entry
+    return entry.match
 
 
 # ---------------------------------------------------------------------- server lifecycle
@@ -421,6 +444,7 @@ def test_finsy_backup_takes_over_when_the_primary_leaves(mode: Arbitration) -> N
     server = P4RuntimeServer(pipeline, address="127.0.0.1:0", arbitration=mode).start()
 
     async def scenario() -> None:
+        first: fy.Switch | None
         first = await finsy_switch(server, 10).__aenter__()
         try:
             assert first.is_primary
@@ -528,9 +552,14 @@ def test_set_and_get_pipeline_config(primary: Controller, server: P4RuntimeServe
     Set = p4r.SetForwardingPipelineConfigRequest
     primary.set_pipeline(INFO.message, device_config=b"\x01json", cookie=42)
 
-    def get(kind: int) -> p4r.ForwardingPipelineConfig:
+    def get(
+        kind: p4r.GetForwardingPipelineConfigRequest.ResponseType.ValueType,
+    ) -> p4r.ForwardingPipelineConfig:
         request = Get(device_id=1, response_type=kind)
-        return primary.stub.GetForwardingPipelineConfig(request, timeout=5).config
+        reply: p4r.GetForwardingPipelineConfigResponse = primary.stub.GetForwardingPipelineConfig(
+            request, timeout=5
+        )
+        return reply.config
 
     full = get(Get.ALL)
     assert full.p4info == INFO.message and full.p4_device_config == b"\x01json"
@@ -550,7 +579,7 @@ def test_set_and_get_pipeline_config(primary: Controller, server: P4RuntimeServe
     next(t for t in bad.tables if t.preamble.alias == "ina_job").size = 128
     next(a for a in bad.actions if a.preamble.alias == "set_child").params[0].bitwidth = 16
     for action in (Set.VERIFY, Set.VERIFY_AND_COMMIT, Set.RECONCILE_AND_COMMIT):
-        err = rpc_error(lambda action=action: primary.set_pipeline(bad, action=action))
+        err = rpc_error(functools.partial(primary.set_pipeline, bad, action=action))
         assert err.code() == CODE.INVALID_ARGUMENT
         assert "InaIngress.agg.ina_job" in err.details()
         assert "InaIngress.agg.set_child" in err.details()
@@ -631,14 +660,14 @@ def test_finsy_table_entries_insert_modify_delete_read(server: P4RuntimeServer) 
             assert p.ina_job.entries[(2, 0)].action.params == (8, 4, 3, 1, 1, 0)
 
             # One entry, one table (wildcard), all tables.
-            [one] = [e async for e in sw.read(job(2))]
+            [one] = [e async for e in finsy_read(sw, job(2))]
             assert one.action == fy.P4TableAction("agg_node", **agg_node(base=8, fanin=3))
-            jobs = [e async for e in sw.read(fy.P4TableEntry("ina_job"))]
-            assert sorted(e.match["job_id"] for e in jobs) == [1, 2]  # finsy decodes aliases
-            everything = [e async for e in sw.read(fy.P4TableEntry())]
+            jobs = [e async for e in finsy_read(sw, fy.P4TableEntry("ina_job"))]
+            assert sorted(match_of(e)["job_id"] for e in jobs) == [1, 2]  # finsy decodes aliases
+            everything = [e async for e in finsy_read(sw, fy.P4TableEntry())]
             assert {e.table_id for e in everything} == {"ina_job", "ipv4_lpm"}
-            [route] = [e async for e in sw.read(fy.P4TableEntry("ipv4_lpm"))]
-            assert route.match["dstAddr"] == (0x0A010000, 16)
+            [route] = [e async for e in finsy_read(sw, fy.P4TableEntry("ipv4_lpm"))]
+            assert match_of(route)["dstAddr"] == (0x0A010000, 16)
 
             await sw.delete([job(1)])
             assert list(p.ina_job.entries) == [(2, 0)]
@@ -656,7 +685,7 @@ def test_finsy_table_entries_insert_modify_delete_read(server: P4RuntimeServer) 
             assert p.ipv4_lpm.default.name == "ipv4_forward"
             assert p.ipv4_lpm.default.params == (9, 9)
             [read_back] = [
-                e async for e in sw.read(fy.P4TableEntry("ipv4_lpm", is_default_action=True))
+                e async for e in finsy_read(sw, fy.P4TableEntry("ipv4_lpm", is_default_action=True))
             ]
             assert read_back.is_default_action
             assert read_back.action == fy.P4TableAction("ipv4_forward", dstAddr=9, port=9)
@@ -695,10 +724,12 @@ def test_finsy_multicast_groups(server: P4RuntimeServer) -> None:
                 ]
             )
             assert groups == {1: [(1, 0), (2, 0), (3, 7)], 2: [(4, 0)]}
-            read = {e.multicast_group_id: e async for e in sw.read(fy.P4MulticastGroupEntry())}
+            read = {
+                e.multicast_group_id: e async for e in finsy_read(sw, fy.P4MulticastGroupEntry())
+            }
             assert read[1].replicas == (1, 2, P4Replica(3, instance=7))
             assert read[2].metadata == b"cookie"
-            [one] = [e async for e in sw.read(fy.P4MulticastGroupEntry(2))]
+            [one] = [e async for e in finsy_read(sw, fy.P4MulticastGroupEntry(2))]
             assert one.replicas == (4,)
             await sw.modify([fy.P4MulticastGroupEntry(1, replicas=[5])])
             assert groups[1] == [(5, 0)]
@@ -1152,9 +1183,9 @@ SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
 HOSTS = {p: Endpoint(f"00:00:00:00:00:{p:02x}", f"10.0.0.{p}") for p in (1, 2)}
 
 
-def job_entities() -> list[fy.P4Entity]:
+def job_entities() -> list[P4Entity]:
     """One INA job (1, tree 0) on a root switch with workers on ports 1 and 2."""
-    entities: list[fy.P4Entity] = [
+    entities: list[P4Entity] = [
         fy.P4TableEntry(
             "ina_job",
             match=fy.P4TableMatch({"hdr.ina.job_id": 1, "hdr.ina.tree_id": 0}),
@@ -1186,7 +1217,7 @@ def job_entities() -> list[fy.P4Entity]:
     return entities
 
 
-def worker_frame(port: int, values: np.ndarray, seq: int = 0) -> bytes:
+def worker_frame(port: int, values: npt.NDArray[np.int32], seq: int = 0) -> bytes:
     return pack_frames(
         FrameTemplate(HOSTS[port], SWITCH),
         pack_payloads(
@@ -1228,39 +1259,44 @@ def test_end_to_end_ina_job_programmed_over_grpc(server: P4RuntimeServer) -> Non
 
     async def check_counters() -> None:
         async with finsy_switch(server, push_pipeline=False) as sw:
-            rx = {e.index: e async for e in sw.read(fy.P4CounterEntry("port_rx"))}
+            rx = {e.index: e async for e in finsy_read(sw, fy.P4CounterEntry("port_rx"))}
             assert len(rx) == 512
             assert (rx[1].packet_count, rx[1].byte_count) == (1, length)
             assert (rx[2].packet_count, rx[2].byte_count) == (1, length)
-            tx = [e async for e in sw.read(fy.P4CounterEntry("port_tx", index=2))]
+            tx = [e async for e in finsy_read(sw, fy.P4CounterEntry("port_tx", index=2))]
             assert [(e.packet_count, e.byte_count) for e in tx] == [(1, length)]
             events = {
-                e.index: e.packet_count async for e in sw.read(fy.P4CounterEntry("ina_events"))
+                e.index: e.packet_count
+                async for e in finsy_read(sw, fy.P4CounterEntry("ina_events"))
             }
             assert events[Event.CONTRIBUTION] == 2 and events[Event.COMPLETE_ROOT] == 1
-            every = [e async for e in sw.read(fy.P4CounterEntry())]
+            every = [e async for e in finsy_read(sw, fy.P4CounterEntry())]
             assert len(every) == 8 + 512 + 16 + 512
             drops = [
-                e async for e in sw.read(fy.P4CounterEntry("ina_drops", index=DropReason.TRUNCATED))
+                e
+                async for e in finsy_read(
+                    sw, fy.P4CounterEntry("ina_drops", index=DropReason.TRUNCATED)
+                )
             ]
             assert drops[0].packet_count == 1
 
             # The ina_child direct counter, both ways.
-            direct = [e async for e in sw.read(fy.P4DirectCounterEntry("ina_child_stats"))]
+            direct = [e async for e in finsy_read(sw, fy.P4DirectCounterEntry("ina_child_stats"))]
             assert sorted(
-                (e.table_entry.match["ingress_port"], e.packet_count, e.byte_count) for e in direct
+                (match_of(e.table_entry)["ingress_port"], e.packet_count, e.byte_count)
+                for e in direct
             ) == [(1, 1, length), (2, 1, length)]
             children = [
                 e
-                async for e in sw.read(
-                    fy.P4TableEntry("ina_child", counter_data=fy.P4CounterData())
+                async for e in finsy_read(
+                    sw, fy.P4TableEntry("ina_child", counter_data=fy.P4CounterData())
                 )
             ]
             assert all(
                 e.counter_data == fy.P4CounterData(byte_count=length, packet_count=1)
                 for e in children
             )
-            plain = [e async for e in sw.read(fy.P4TableEntry("ina_child"))]
+            plain = [e async for e in finsy_read(sw, fy.P4TableEntry("ina_child"))]
             assert all(e.counter_data is None for e in plain)
 
             # Counters can be written (reset) too.

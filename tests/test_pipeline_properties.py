@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ class Job:
     job_id: int
     ports: list[int]
     window: int
-    values: np.ndarray  # (workers, chunks, K) int32
+    values: npt.NDArray[np.int32]  # (workers, chunks, K)
     base: int
 
     @property
@@ -58,7 +59,7 @@ class Worker:
     port: int
     next_chunk: int = 0
     outstanding: set[int] = field(default_factory=set)
-    results: dict[int, np.ndarray] = field(default_factory=dict)
+    results: dict[int, npt.NDArray[np.int32]] = field(default_factory=dict)
 
     def frame(self, chunk: int, retx: bool) -> bytes:
         w = self.job.window

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from hostlib.wire import (
     INA_OFFSET,
@@ -50,7 +51,7 @@ def build() -> Fabric:
     return fab
 
 
-def frame(host: str, values: np.ndarray, seq: int = 0, retx: bool = False) -> bytes:
+def frame(host: str, values: npt.NDArray[np.int32], seq: int = 0, retx: bool = False) -> bytes:
     return pack_frames(
         FrameTemplate(HOSTS[host], SWITCH),
         pack_payloads(
@@ -65,7 +66,9 @@ def frame(host: str, values: np.ndarray, seq: int = 0, retx: bool = False) -> by
     ).tobytes()
 
 
-def check_results(delivered: list[tuple[str, bytes]], hosts: set[str], total: np.ndarray) -> None:
+def check_results(
+    delivered: list[tuple[str, bytes]], hosts: set[str], total: npt.NDArray[np.int64]
+) -> None:
     assert {h for h, _ in delivered} == hosts and len(delivered) == len(hosts)
     for host, data in delivered:
         rec = parse_frames(data)[0]
@@ -84,7 +87,7 @@ def test_two_level_tree_sums_all_four_workers() -> None:
         h: np.random.default_rng(i).integers(-1000, 1000, K).astype(np.int32)
         for i, h in enumerate(HOSTS)
     }
-    total = sum(v.astype(np.int64) for v in vals.values())
+    total = sum((v.astype(np.int64) for v in vals.values()), np.zeros(K, np.int64))
     delivered = []
     for h in HOSTS:
         delivered += fab.send(h, frame(h, vals[h]))

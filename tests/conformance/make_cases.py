@@ -16,8 +16,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -44,6 +46,9 @@ CHILD_TABLE = "InaIngress.agg.ina_child"
 EGRESS_TABLE = "InaEgress.rewrite.ina_egress"
 DROPS = "InaIngress.counters.ina_drops"
 EVENTS = "InaIngress.agg.ina_events"
+
+# Lane values as a case writes them: a tuple of ints, or a numpy row of integers.
+Lanes = Sequence[int] | npt.NDArray[np.integer[Any]]
 
 
 def host(i: int) -> Endpoint:
@@ -100,11 +105,11 @@ class Ina:
         return rec.tobytes()
 
 
-def lanes_of(values: Sequence[int]) -> tuple[int, ...]:
+def lanes_of(values: Lanes) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
-def sum_sat(rows: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], bool]:
+def sum_sat(rows: Sequence[Lanes]) -> tuple[tuple[int, ...], bool]:
     """Saturating int32 sum in arrival order, lane by lane (what the switch must do)."""
     acc = np.zeros(K, dtype=np.int64)
     over = False
