@@ -10,6 +10,8 @@ from typing import TypeVar
 
 from controller.model import LOSS_TABLE, SwitchPlan, TableWrite, apply_to_pipeline, loss_threshold
 from controller.star import Worker, star_job_plan
+from softswitch.constants import Event
+from softswitch.pipeline import Pipeline
 from softswitch.ports import PortInUseError
 from softswitch.switch import SoftSwitch
 
@@ -84,3 +86,13 @@ def run_threads(fns: list[Callable[[], T]], timeout: float = 120.0) -> list[T]:
     if any(t.is_alive() for t in threads):
         raise TimeoutError(f"worker threads still running after {timeout}s")
     return [r for r in results if r is not None]
+
+
+def accounted(pipe: Pipeline) -> tuple[int, int]:
+    """(packets in, packets accounted for): every INA packet that enters a switch is counted
+    exactly once, as a drop (by reason) or as one of the events that consume or answer it."""
+    ev = pipe.ina_events.packets
+    answered = (
+        ev[Event.CONTRIBUTION] + ev[Event.RETX_REPLY] + ev[Event.RETX_UP] + ev[Event.PARENT_RESULT]
+    )
+    return sum(pipe.port_rx.packets), sum(pipe.ina_drops.packets) + answered

@@ -13,7 +13,7 @@ from hostlib.client import InaClient, InaTimeoutError
 from hostlib.transport import LoopbackWireTransport
 from hostlib.wire import K, Opcode
 from softswitch.constants import DropReason
-from tests.helpers import install_star, run_threads, running_switch, workers
+from tests.helpers import accounted, install_star, run_threads, running_switch, workers
 
 
 def int_inputs(n_workers: int, size: int, seed: int = 0) -> list[npt.NDArray[np.int32]]:
@@ -52,6 +52,8 @@ def test_exact_sum_under_injected_loss(loss: float) -> None:
     for res, over in results:
         assert np.array_equal(res, expected)
         assert not over.any()
+    packets_in, packets_accounted = accounted(sw.pipeline)
+    assert packets_in == packets_accounted == sum(c.stats.packets_sent for c in clients)
     drops = sw.pipeline.ina_drops.packets
     if loss:
         assert drops[DropReason.LOSS] > 0

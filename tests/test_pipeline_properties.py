@@ -35,6 +35,7 @@ from hostlib.wire import (
 )
 from softswitch.pipeline import Pipeline
 from softswitch.state import ActionCall, TableEntry
+from tests.helpers import accounted
 
 SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
 
@@ -198,6 +199,8 @@ def test_exact_sums_under_loss_duplication_reordering(jobs: list[Job], data: st.
 
     for w in workers.values():
         assert sorted(w.results) == list(range(w.job.chunks)), "every chunk completed"
+    packets_in, packets_accounted = accounted(pipe)
+    assert packets_in == packets_accounted == sum(arrivals.values())
     for (port, seq), sent in results_sent.items():
         assert sent <= arrivals[(port, seq)], (
             f"port {port} got {sent} results for chunk {seq} but sent only "
