@@ -25,7 +25,7 @@ from pathlib import Path
 
 from controller.demo import DemoOptions, main_demo
 from controller.jobs import JobError, JobSpec
-from controller.p4rt import Controller, ControllerError
+from controller.p4rt import Controller, ControllerError, PipelineFiles
 from controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
 
 
@@ -86,7 +86,10 @@ async def _with_controller(
 ) -> None:
     topo = Topology.load(args.topology)
     specs = _load_specs(_state_path(args))
-    ctl = Controller(topo)
+    files = PipelineFiles()
+    if args.device_config:
+        files = PipelineFiles(device_config=Path(args.device_config))
+    ctl = Controller(topo, pipeline=files)
     for spec in specs:  # replay: the same plans, nothing written
         ctl.jobs.commit_add(ctl.jobs.plan_add(spec))
     await ctl.connect()
@@ -236,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     def with_topology(p: argparse.ArgumentParser) -> None:
         p.add_argument("-t", "--topology", required=True, help="topology.json")
         p.add_argument("--state", help="job state file (default <topology>.jobs.json)")
+        p.add_argument(
+            "--device-config",
+            help="bmv2 JSON to push with the P4Info to every "
+            'switch without its own "program" (simple_switch_grpc needs it)',
+        )
 
     j = sub.add_parser("job", help="add, remove or list jobs")
     j.add_argument("action", choices=("add", "remove", "list"))

@@ -25,7 +25,7 @@ import finsy as fy
 from controller.jobs import JobManager, JobRecord, JobSpec, route_plans
 from controller.model import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from controller.stats import StatsReport, SwitchCounters
-from controller.topology import Topology
+from controller.topology import Switch, Topology
 from hostlib.wire import ip_str
 from softswitch.constants import P4INFO_PATH
 from softswitch.p4info import P4Info, load_p4info
@@ -74,15 +74,18 @@ class Controller:
         await self.close()
 
     async def connect(self) -> None:
-        for sw in self.topology.switches.values():
+        configs: dict[str, Path | bytes] = {}
+        for sw in self.topology.switches.values():  # refuse a bad topology before any I/O
             if not sw.grpc:
                 raise ControllerError(
                     f'switch {sw.name!r} has no "grpc" address in the '
                     'topology; add e.g. "grpc": "127.0.0.1:9559"'
                 )
+            configs[sw.name] = self._device_config(sw)
+        for sw in self.topology.switches.values():
             options = fy.SwitchOptions(
                 p4info=self.files.p4info,
-                p4blob=self.files.device_config if self.push_pipeline else None,
+                p4blob=configs[sw.name] if self.push_pipeline else None,
                 device_id=sw.device_id,
                 initial_election_id=self.election_id,
             )
@@ -116,6 +119,18 @@ class Controller:
                     f"switch {sw.name!r}: another controller is primary (higher election id); "
                     f"this controller ({self.election_id}) may not write"
                 )
+
+    def _device_config(self, sw: Switch) -> Path | bytes:
+        """The switch's own `program` (bmv2 JSON) from the topology, else the default."""
+        if not sw.program:
+            return self.files.device_config
+        path = Path(sw.program)
+        if not path.is_file():
+            raise ControllerError(
+                f"switch {sw.name!r}: program {sw.program!r} not found "
+                '(build it with `make -C p4`, or drop "program" for a softswitch)'
+            )
+        return path
 
     async def close(self) -> None:
         for switch in self.switches.values():

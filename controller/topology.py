@@ -49,6 +49,9 @@ class Switch:
     # the address workers send INA packets to (needs an ARP entry on Mininet hosts)
     agg_ip: str = "10.0.0.254"
     agg_mac: str = "02:00:00:00:00:fe"
+    # the device config pushed with the P4Info: bmv2's JSON (p4/build/ina.json) for
+    # simple_switch_grpc; empty for the softswitch, which takes any
+    program: str = ""
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,7 @@ class Topology:
                         ("role", s.role),
                         ("agg_ip", s.agg_ip),
                         ("agg_mac", s.agg_mac),
+                        ("program", s.program),
                     )
                     if v != ""
                 }
@@ -263,7 +267,7 @@ class Topology:
                 **{
                     k: spec[k]
                     for k in spec
-                    if k in {"grpc", "device_id", "role", "agg_ip", "agg_mac"}
+                    if k in {"grpc", "device_id", "role", "agg_ip", "agg_mac", "program"}
                 },
             )
         for i, raw in enumerate(data.get("links") or []):

@@ -271,3 +271,27 @@ def test_cli_job_commands(tmp_path: Path) -> None:
         (tmp_path / "bad.json").write_text('{"switches": {}, "links": []}')
         out = cli("stats", "-t", str(tmp_path / "bad.json"))
         assert out.returncode == 1 and "no switches" in out.stderr
+
+
+def test_switch_program_from_the_topology(tmp_path: Path) -> None:
+    """A switch's "program" (bmv2 JSON for simple_switch_grpc) is pushed as its device
+    config; a missing one is refused before any switch is touched."""
+    pipe = Pipeline()
+    with P4RuntimeServer(pipe, address="127.0.0.1:0") as server:
+        blob = tmp_path / "ina.json"
+        blob.write_text('{"program": "ina.p4"}')
+        topo = star(2)
+        topo.switches["s1"] = replace(topo.switches["s1"], grpc=server.address, program=str(blob))
+        assert Topology.from_json(topo.to_json()).switches["s1"].program == str(blob)
+
+        async def scenario() -> None:
+            async with Controller(topo) as ctl:
+                await ctl.add_job(JobSpec(1, ("h1", "h2"), pool_size=4))
+            missing = replace(topo.switches["s1"], program=str(tmp_path / "nope.json"))
+            topo.switches["s1"] = missing
+            with pytest.raises(ControllerError, match=r"nope\.json' not found"):
+                async with Controller(topo):
+                    pass
+
+        run(scenario())
+        assert len(pipe.ina_child.entries) == 2
