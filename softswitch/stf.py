@@ -23,6 +23,7 @@ a packet on a port with no expectation left fails the case. p4c's bmv2 runner ig
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -225,6 +226,36 @@ def parse_stf(text: str, name: str = "<stf>") -> StfCase:
         else:
             raise StfError(*where, f"unknown STF command {cmd!r}")
     return case
+
+
+def match_values(cmd: AddEntry, keys: Sequence[tuple[str, int, str]]) -> list[tuple[int, int]]:
+    """The entry's key values in the table's key order, given the P4Info keys as
+    (name, bitwidth, match type): (value, prefix length), the prefix being the full width for
+    anything but an LPM key written with '*' nibbles. A key may be named by a suffix."""
+    by_name = {k.name: k for k in cmd.keys}
+    out = []
+    for name, width, kind in keys:
+        key = by_name.get(name) or next((k for k in cmd.keys if name.endswith("." + k.name)), None)
+        if key is None:
+            raise ValueError(f"{cmd.table}: missing key {name}")
+        plen = key.prefix_len if kind == "LPM" and key.prefix_len is not None else width
+        out.append((key.value, plen))
+    return out
+
+
+def action_args(
+    action: str, given: tuple[tuple[str, int], ...], params: Sequence[tuple[str, int]]
+) -> tuple[int, ...]:
+    """The action's arguments in P4 order, given the P4Info params as (name, bitwidth);
+    every parameter must be named once and fit its width."""
+    values = dict(given)
+    names = [n for n, _ in params]
+    if set(values) != set(names):
+        raise ValueError(f"action {action} takes {names}, got {sorted(values)}")
+    for name, width in params:
+        if not 0 <= values[name] < (1 << width):
+            raise ValueError(f"{action}: {name}={values[name]} does not fit {width} bits")
+    return tuple(values[n] for n in names)
 
 
 def load_stf(path: Path) -> StfCase:

@@ -36,7 +36,9 @@ from softswitch.stf import (
     Packet,
     SetDefault,
     StfCase,
+    action_args,
     compare,
+    match_values,
 )
 
 TOOLS = ("p4c-bm2-ss", "simple_switch", "simple_switch_CLI")
@@ -81,10 +83,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cli_value(value: int) -> str:
-    return str(value)
-
-
 class Bmv2Runner:
     def __init__(self, json_path: Path, p4info: P4Info | None = None) -> None:
         self.json_path = json_path
@@ -96,27 +94,20 @@ class Bmv2Runner:
             if isinstance(cmd, AddEntry):
                 table = self.p4info.table(cmd.table)
                 action = self.p4info.action(cmd.action)
-                by_name = {k.name: k for k in cmd.keys}
-                keys = []
-                for kname, width, mtype in table.keys:
-                    key = by_name.get(kname) or next(
-                        k for k in cmd.keys if kname.endswith("." + k.name)
+                keys = [
+                    f"{value}/{plen}" if kind == "LPM" else str(value)
+                    for (value, plen), (_, _, kind) in zip(
+                        match_values(cmd, table.keys), table.keys, strict=True
                     )
-                    if mtype == "LPM":
-                        plen = width if key.prefix_len is None else key.prefix_len
-                        keys.append(f"{key.value}/{plen}")
-                    else:
-                        keys.append(_cli_value(key.value))
-                params = dict(cmd.params)
-                args = [_cli_value(params[n]) for n, _ in action.params]
+                ]
+                args = [str(v) for v in action_args(action.name, cmd.params, action.params)]
                 cmds.append(
                     f"table_add {table.name} {action.name} {' '.join(keys)} => {' '.join(args)}"
                 )
             elif isinstance(cmd, SetDefault):
                 table = self.p4info.table(cmd.table)
                 action = self.p4info.action(cmd.action)
-                params = dict(cmd.params)
-                defaults = " ".join(_cli_value(params[n]) for n, _ in action.params)
+                defaults = " ".join(map(str, action_args(action.name, cmd.params, action.params)))
                 cmds.append(f"table_set_default {table.name} {action.name} {defaults}")
             elif isinstance(cmd, McGroupCreate):
                 cmds.append(f"mc_mgrp_create {cmd.mgid}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from softswitch.p4info import P4Info, load_p4info
 from softswitch.pipeline import Pipeline
 from softswitch.state import ActionCall, TableEntry
-from softswitch.stf import AddEntry, SetDefault
+from softswitch.stf import AddEntry, SetDefault, action_args, match_values
 
 
 class SoftswitchTarget:
@@ -14,41 +14,23 @@ class SoftswitchTarget:
         self.p4info = p4info or load_p4info()
         self._nodes: list[tuple[int, tuple[int, ...]]] = []
 
-    def _action_call(
-        self, table: str, action: str, params: tuple[tuple[str, int], ...]
-    ) -> ActionCall:
+    def _action_call(self, action: str, params: tuple[tuple[str, int], ...]) -> ActionCall:
         info = self.p4info.action(action)
-        given = dict(params)
-        names = [n for n, _ in info.params]
-        if set(given) != set(names):
-            raise ValueError(f"{table}: action {info.name} takes {names}, got {sorted(given)}")
-        for pname, width in info.params:
-            if not 0 <= given[pname] < (1 << width):
-                raise ValueError(f"{info.name}: {pname}={given[pname]} does not fit {width} bits")
-        return ActionCall(info.alias, tuple(given[n] for n in names))
+        return ActionCall(info.alias, action_args(info.name, params, info.params))
 
     def add_entry(self, cmd: AddEntry) -> None:
         tinfo = self.p4info.table(cmd.table)
-        by_name = {k.name: k for k in cmd.keys}
         values: list[int] = []
-        for kname, width, mtype in tinfo.keys:
-            key = by_name.get(kname) or next(
-                (k for k in cmd.keys if kname.endswith("." + k.name)), None
-            )
-            if key is None:
-                raise ValueError(f"{tinfo.name}: missing key {kname}")
-            if mtype == "LPM":
-                values += [key.value, width if key.prefix_len is None else key.prefix_len]
-            else:
-                values.append(key.value)
-        action = self._action_call(tinfo.name, cmd.action, cmd.params)
+        for (value, plen), (_, _, kind) in zip(
+            match_values(cmd, tinfo.keys), tinfo.keys, strict=True
+        ):
+            values += [value, plen] if kind == "LPM" else [value]
+        action = self._action_call(cmd.action, cmd.params)
         self.pipeline.tables[tinfo.name].insert(TableEntry(tuple(values), action))
 
     def set_default(self, cmd: SetDefault) -> None:
         tinfo = self.p4info.table(cmd.table)
-        self.pipeline.tables[tinfo.name].set_default(
-            self._action_call(tinfo.name, cmd.action, cmd.params)
-        )
+        self.pipeline.tables[tinfo.name].set_default(self._action_call(cmd.action, cmd.params))
 
     def mc_group_create(self, mgid: int) -> None:
         self.pipeline.multicast.insert(mgid, [])
