@@ -15,7 +15,7 @@ import platform
 
 import numpy as np
 
-from controller.demo import DemoOptions, run_demo
+from inaemu.controller.demo import DemoOptions, run_demo
 
 
 def main() -> None:

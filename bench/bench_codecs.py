@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.codecs import (
+from inaemu.hostlib.codecs import (
     FixedPointCodec,
     HomomorphicCodec,
     Int32Codec,
@@ -37,7 +37,7 @@ from hostlib.codecs import (
     inceptionn,
     simulate_allreduce,
 )
-from hostlib.wire import Opcode
+from inaemu.hostlib.wire import Opcode
 
 N_WORKERS = 8
 SEED = 20240211

@@ -22,14 +22,22 @@ from multiprocessing.synchronize import Event as MpEvent
 
 import numpy as np
 
-from controller.model import apply_to_pipeline
-from controller.star import Worker, star_job_plan
-from hostlib.client import InaClient
-from hostlib.transport import LoopbackWireTransport
-from hostlib.wire import Endpoint, FrameTemplate, K, Opcode, pack_frames, pack_payloads, slot_field
-from softswitch.constants import DropReason, Event
-from softswitch.pipeline import Pipeline
-from softswitch.switch import SoftSwitch
+from inaemu.controller.model import apply_to_pipeline
+from inaemu.controller.star import Worker, star_job_plan
+from inaemu.hostlib.client import InaClient
+from inaemu.hostlib.transport import LoopbackWireTransport
+from inaemu.hostlib.wire import (
+    Endpoint,
+    FrameTemplate,
+    K,
+    Opcode,
+    pack_frames,
+    pack_payloads,
+    slot_field,
+)
+from inaemu.p4.constants import DropReason, Event
+from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.switch import SoftSwitch
 
 WINDOW = 64
 

@@ -23,14 +23,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from controller.demo import DemoOptions, main_demo
-from controller.jobs import JobError, JobSpec
-from controller.p4rt import Controller, ControllerError, PipelineFiles
-from controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
+from inaemu.controller.demo import DemoOptions, main_demo
+from inaemu.controller.jobs import JobError, JobSpec
+from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
+from inaemu.controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
 
 
 def _ports(text: str) -> list[int]:
-    from softswitch.__main__ import parse_ports
+    from inaemu.softswitch.__main__ import parse_ports
 
     return parse_ports(text)
 
@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["softswitch"]:
-        from softswitch.__main__ import main as softswitch_main
+        from inaemu.softswitch.__main__ import main as softswitch_main
 
         return softswitch_main(argv[1:])
     args = build_parser().parse_args(argv)

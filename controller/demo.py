@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from controller.jobs import JobSpec
-from controller.p4rt import Controller
-from controller.stats import StatsReport
-from controller.topology import Topology, star
-from hostlib.wire import FRAME_BYTES, K
+from inaemu.controller.jobs import JobSpec
+from inaemu.controller.p4rt import Controller
+from inaemu.controller.stats import StatsReport
+from inaemu.controller.topology import Topology, star
+from inaemu.hostlib.wire import FRAME_BYTES, K
 
 JOB_ID = 1
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
@@ -86,8 +86,8 @@ def worker_input(
 
 def _verify(opts: DemoOptions, result: npt.NDArray[Any]) -> tuple[bool, float, float, bool]:
     """(bit-exact vs the reference switch, max |error| vs float64 sum, bound, within bound)."""
-    from hostlib.codecs import make_codec, simulate_allreduce
-    from hostlib.codecs.fixedpoint import DEFAULT_BLOCK_SIZE, block_exponents, error_bound
+    from inaemu.hostlib.codecs import make_codec, simulate_allreduce
+    from inaemu.hostlib.codecs.fixedpoint import DEFAULT_BLOCK_SIZE, block_exponents, error_bound
 
     inputs = [
         worker_input(opts.seed, r, opts.size, opts.density, opts.codec) for r in range(opts.workers)
@@ -115,9 +115,9 @@ def _worker(
     done: Synchronized[int],
     results: mp.Queue[WorkerResult | str],
 ) -> None:
-    from hostlib.client import InaClient, InaError
-    from hostlib.codecs import make_codec
-    from hostlib.transport import LoopbackWireTransport
+    from inaemu.hostlib.client import InaClient, InaError
+    from inaemu.hostlib.codecs import make_codec
+    from inaemu.hostlib.transport import LoopbackWireTransport
 
     try:
         x = worker_input(opts.seed, rank, opts.size, opts.density, opts.codec)
@@ -230,7 +230,7 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str]:
     argv = [
         sys.executable,
         "-m",
-        "softswitch",
+        "inaemu.softswitch",
         "--grpc",
         f"127.0.0.1:{opts.grpc_port}",
         "--wires",
@@ -281,7 +281,7 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         raise DemoError("--loss must be in [0, 1)")
     if not 0.0 < opts.density <= 1.0:
         raise DemoError("--density must be in (0, 1]")
-    from hostlib.codecs import CODECS
+    from inaemu.hostlib.codecs import CODECS
 
     if opts.codec not in CODECS:
         raise DemoError(f"unknown codec {opts.codec!r}; choose from {', '.join(sorted(CODECS))}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.model import (
+from inaemu.controller.model import (
     CHILD_TABLE,
     EGRESS_TABLE,
     JOB_TABLE,
@@ -20,9 +20,9 @@ from controller.model import (
     SwitchPlan,
     TableWrite,
 )
-from controller.topology import Topology, TopologyError
-from hostlib.wire import MAX_FANIN, ip_int, mac_bytes
-from softswitch.constants import INA_SLOTS
+from inaemu.controller.topology import Topology, TopologyError
+from inaemu.hostlib.wire import MAX_FANIN, ip_int, mac_bytes
+from inaemu.p4.constants import INA_SLOTS
 
 MAX_MGID = 0xFFFF
 

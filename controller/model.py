@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from softswitch.pipeline import Pipeline
-from softswitch.state import ActionCall, TableEntry
+from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.state import ActionCall, TableEntry
 
 JOB_TABLE = "InaIngress.agg.ina_job"
 CHILD_TABLE = "InaIngress.agg.ina_child"

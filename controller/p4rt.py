@@ -22,13 +22,13 @@ from typing import Any
 
 import finsy as fy
 
-from controller.jobs import JobManager, JobRecord, JobSpec, route_plans
-from controller.model import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
-from controller.stats import StatsReport, SwitchCounters
-from controller.topology import Switch, Topology
-from hostlib.wire import ip_str
-from softswitch.constants import P4INFO_PATH
-from softswitch.p4info import P4Info, load_p4info
+from inaemu.controller.jobs import JobManager, JobRecord, JobSpec, route_plans
+from inaemu.controller.model import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
+from inaemu.controller.stats import StatsReport, SwitchCounters
+from inaemu.controller.topology import Switch, Topology
+from inaemu.hostlib.wire import ip_str
+from inaemu.p4.constants import P4INFO_PATH
+from inaemu.p4.info import P4Info, load_p4info
 
 CONNECT_TIMEOUT = 10.0
 

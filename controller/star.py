@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.jobs import TreeNode, add_tree_node, host_rewrite
-from controller.model import SwitchPlan
-from hostlib.wire import MAX_FANIN
-from softswitch.constants import INA_SLOTS
+from inaemu.controller.jobs import TreeNode, add_tree_node, host_rewrite
+from inaemu.controller.model import SwitchPlan
+from inaemu.hostlib.wire import MAX_FANIN
+from inaemu.p4.constants import INA_SLOTS
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.jobs import JobRecord
-from controller.topology import Topology
-from softswitch.constants import DropReason, Event
+from inaemu.controller.jobs import JobRecord
+from inaemu.controller.topology import Topology
+from inaemu.p4.constants import DropReason, Event
 
 
 @dataclass

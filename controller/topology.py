@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hostlib.wire import ip_int, mac_bytes
+from inaemu.hostlib.wire import ip_int, mac_bytes
 
 _END = re.compile(r"^(?P<node>[A-Za-z_][\w.]*)-p(?P<port>\d+)$")
 MAX_PORT = 510  # 511 is bmv2's drop port

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
-from hostlib.transport import Transport
-from hostlib.wire import (
+from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
+from inaemu.hostlib.transport import Transport
+from inaemu.hostlib.wire import (
     FRAME_BYTES,
     INA_VERSION,
     SLOT_SET_BIT,
@@ -121,7 +121,7 @@ class InaClient:
     ) -> npt.NDArray[np.generic]:
         """Sum `x` over the job's workers through the switch, encoded by `codec`."""
         if codec is None:
-            from hostlib.codecs import FixedPointCodec
+            from inaemu.hostlib.codecs import FixedPointCodec
 
             codec = FixedPointCodec()
         if self.n_workers is None:

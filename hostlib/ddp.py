@@ -1,6 +1,6 @@
 """PyTorch DDP communication hook: all-reduce gradient buckets through the switch.
 
-    from hostlib.ddp import InaHookState, ina_allreduce_hook
+    from inaemu.hostlib.ddp import InaHookState, ina_allreduce_hook
     state = InaHookState(client, codec=FixedPointCodec())
     ddp_model.register_comm_hook(state, ina_allreduce_hook)
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostlib.client import InaClient
-from hostlib.codecs.base import HomomorphicCodec
+from inaemu.hostlib.client import InaClient
+from inaemu.hostlib.codecs.base import HomomorphicCodec
 
 try:
     import torch

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.wire import (
+from inaemu.hostlib.wire import (
     ETHERTYPE_IPV4,
     FRAME_BYTES,
     INA_BYTES,

@@ -18,9 +18,9 @@ import signal
 import sys
 import threading
 
-from softswitch.p4runtime_server import P4RuntimeServer
-from softswitch.ports import DEFAULT_WIRE_BASE, AfPacketPort, PortInUseError
-from softswitch.switch import SoftSwitch
+from inaemu.softswitch.p4runtime.server import P4RuntimeServer
+from inaemu.softswitch.ports import DEFAULT_WIRE_BASE, AfPacketPort, PortInUseError
+from inaemu.softswitch.switch import SoftSwitch
 
 
 def parse_ports(text: str) -> list[int]:

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from softswitch.pipeline import Pipeline
+from inaemu.softswitch.pipeline import Pipeline
 
 DropFn = Callable[[str, int, bytes], bool]  # (switch, egress port, frame) -> drop?
 

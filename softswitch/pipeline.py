@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostlib.wire import (
+from inaemu.hostlib.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
     INA_HEADER_BYTES,
@@ -35,7 +35,7 @@ from hostlib.wire import (
     Opcode,
     ipv4_checksum,
 )
-from softswitch.constants import (
+from inaemu.p4.constants import (
     DROP_PORT,
     INA_DROP_REASONS,
     INA_EVENTS,
@@ -46,7 +46,7 @@ from softswitch.constants import (
     DropReason,
     Event,
 )
-from softswitch.state import (
+from inaemu.softswitch.state import (
     ActionCall,
     CounterArray,
     ExactTable,

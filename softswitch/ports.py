@@ -14,7 +14,7 @@ import select
 import socket
 from typing import Protocol
 
-from hostlib.transport import DEFAULT_WIRE_BASE, LOOPBACK, wire_udp_ports
+from inaemu.hostlib.transport import DEFAULT_WIRE_BASE, LOOPBACK, wire_udp_ports
 
 __all__ = ["DEFAULT_WIRE_BASE", "LOOPBACK", "AfPacketPort", "LoopbackWire", "wire_udp_ports"]
 

@@ -18,8 +18,8 @@ import socket
 import threading
 from collections.abc import Iterable
 
-from softswitch.pipeline import Pipeline
-from softswitch.ports import DEFAULT_WIRE_BASE, LOOPBACK, LoopbackWire, Port, wire_udp_ports
+from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.ports import DEFAULT_WIRE_BASE, LOOPBACK, LoopbackWire, Port, wire_udp_ports
 
 
 class SoftSwitch:

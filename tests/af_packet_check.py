@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from controller.model import apply_to_pipeline
-from controller.star import Worker, star_job_plan
-from hostlib.wire import (
+from inaemu.controller.model import apply_to_pipeline
+from inaemu.controller.star import Worker, star_job_plan
+from inaemu.hostlib.wire import (
     FRAME_BYTES,
     Endpoint,
     Flag,
@@ -23,8 +23,8 @@ from hostlib.wire import (
     pack_payloads,
     parse_frames,
 )
-from softswitch.ports import AfPacketPort
-from softswitch.switch import SoftSwitch
+from inaemu.softswitch.ports import AfPacketPort
+from inaemu.softswitch.switch import SoftSwitch
 
 
 def main() -> int:

@@ -8,12 +8,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from controller.model import LOSS_TABLE, SwitchPlan, TableWrite, apply_to_pipeline, loss_threshold
-from controller.star import Worker, star_job_plan
-from softswitch.constants import Event
-from softswitch.pipeline import Pipeline
-from softswitch.ports import PortInUseError
-from softswitch.switch import SoftSwitch
+from inaemu.controller.model import (
+    LOSS_TABLE,
+    SwitchPlan,
+    TableWrite,
+    apply_to_pipeline,
+    loss_threshold,
+)
+from inaemu.controller.star import Worker, star_job_plan
+from inaemu.p4.constants import Event
+from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.ports import PortInUseError
+from inaemu.softswitch.switch import SoftSwitch
 
 T = TypeVar("T")
 

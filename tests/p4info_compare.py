@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from softswitch.p4info import p4info_diff, parse_p4info_text
+from inaemu.p4.info import p4info_diff, parse_p4info_text
 
 
 def main(argv: list[str]) -> int:

@@ -9,10 +9,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from hostlib.client import InaClient, InaTimeoutError
-from hostlib.transport import LoopbackWireTransport
-from hostlib.wire import K, Opcode
-from softswitch.constants import DropReason
+from inaemu.hostlib.client import InaClient, InaTimeoutError
+from inaemu.hostlib.transport import LoopbackWireTransport
+from inaemu.hostlib.wire import K, Opcode
+from inaemu.p4.constants import DropReason
 from tests.helpers import accounted, install_star, run_threads, running_switch, workers
 
 
@@ -170,7 +170,7 @@ def test_missing_peer_names_the_job_and_chunks() -> None:
 def test_codecs_through_the_switch_match_the_reference_bit_for_bit(codec_name: str) -> None:
     """Through a lossy softswitch, every worker decodes exactly what the reference switch
     (numpy) gives: the switch's integer sums are exact, whatever was lost on the way."""
-    from hostlib.codecs import make_codec, simulate_allreduce
+    from inaemu.hostlib.codecs import make_codec, simulate_allreduce
 
     n, size = 3, 5000
     rng = np.random.default_rng(11)
@@ -209,8 +209,8 @@ def test_codecs_through_the_switch_match_the_reference_bit_for_bit(codec_name: s
 def test_kernel_udp_transport_carries_payload_records() -> None:
     """UdpTransport (Mininet hosts, real NICs): INA payloads as plain UDP datagrams on the INA
     port, batched both ways; here between two loopback addresses."""
-    from hostlib.transport import UdpTransport
-    from hostlib.wire import pack_payloads
+    from inaemu.hostlib.transport import UdpTransport
+    from inaemu.hostlib.wire import pack_payloads
 
     a = UdpTransport("127.0.0.2", "127.0.0.3")
     b = UdpTransport("127.0.0.3", "127.0.0.2")
@@ -239,7 +239,7 @@ def test_kernel_udp_transport_carries_payload_records() -> None:
 
 
 def test_transport_port_taken_is_named() -> None:
-    from hostlib.transport import TransportError, UdpTransport
+    from inaemu.hostlib.transport import TransportError, UdpTransport
 
     a = UdpTransport("127.0.0.4", "127.0.0.5")
     try:
@@ -251,8 +251,8 @@ def test_transport_port_taken_is_named() -> None:
 
 def test_chunks_striped_over_two_trees() -> None:
     """n_trees=2: chunk i travels on tree (i mod W) mod 2; both trees' entries are used."""
-    from controller.model import apply_to_pipeline
-    from controller.star import star_job_plan
+    from inaemu.controller.model import apply_to_pipeline
+    from inaemu.controller.star import star_job_plan
 
     ws = workers(3)
     xs = int_inputs(3, 20 * K, seed=9)
@@ -269,7 +269,7 @@ def test_chunks_striped_over_two_trees() -> None:
 
 
 def test_int32_overflow_through_the_switch_fails_clearly() -> None:
-    from hostlib.codecs import SumOverflow, make_codec
+    from inaemu.hostlib.codecs import SumOverflow, make_codec
 
     ws = workers(2)
     x = np.full(10, 2**30 + 1, dtype=np.int32)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostlib.codecs import (
+from inaemu.hostlib.codecs import (
     CODECS,
     FixedPointCodec,
     Int32Codec,
@@ -28,8 +28,8 @@ from hostlib.codecs import (
     words_on_wire,
     worst_case_error,
 )
-from hostlib.codecs import fixedpoint as fp
-from hostlib.wire import FRAME_BYTES, INT32_MAX, K, Opcode
+from inaemu.hostlib.codecs import fixedpoint as fp
+from inaemu.hostlib.wire import FRAME_BYTES, INT32_MAX, K, Opcode
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FLOAT_DTYPES = [np.float32, np.float64]

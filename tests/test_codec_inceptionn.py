@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostlib.codecs import inceptionn as inc
+from inaemu.hostlib.codecs import inceptionn as inc
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BOUNDS = [2.0**-10, 2.0**-6, 2.0**-16, 1e-3, 0.3, 3.0, 2.0**-30, 2.0**-130]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hostlib.codecs import (
+from inaemu.hostlib.codecs import (
     FixedPointCodec,
     PeelingFailed,
     Phase,
@@ -21,9 +21,9 @@ from hostlib.codecs import (
     simulate_allreduce,
     words_on_wire,
 )
-from hostlib.codecs import fixedpoint as fp
-from hostlib.codecs import sketch as sk
-from hostlib.wire import INT32_MAX, Opcode
+from inaemu.hostlib.codecs import fixedpoint as fp
+from inaemu.hostlib.codecs import sketch as sk
+from inaemu.hostlib.wire import INT32_MAX, Opcode
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

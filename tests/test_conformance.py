@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from softswitch.stf import load_stf, run_case
-from softswitch.stf_bmv2 import Bmv2Runner, bmv2_available, compile_p4
-from softswitch.stf_softswitch import SoftswitchTarget
+import inaemu.conformance
+from inaemu.conformance.bmv2_target import Bmv2Runner, bmv2_available, compile_p4
+from inaemu.conformance.softswitch_target import SoftswitchTarget
+from inaemu.conformance.stf import load_stf, run_case
 
-CASE_DIR = Path(__file__).parent / "conformance"
+CASE_DIR = Path(inaemu.conformance.__file__).resolve().parent / "cases"
 CASES = sorted(CASE_DIR.glob("*.stf"))
 
 
@@ -25,7 +26,7 @@ def test_cases_present() -> None:
 def test_stf_files_current() -> None:
     """The committed .stf files are what make_cases.py writes (nobody hand-edited them)."""
     proc = subprocess.run(
-        [sys.executable, str(CASE_DIR / "make_cases.py"), "--check"],
+        [sys.executable, "-m", "inaemu.conformance.make_cases", "--check"],
         capture_output=True,
         text=True,
     )
@@ -58,7 +59,7 @@ def test_bmv2(path: Path, bmv2_json: Path) -> None:
 @pytest.mark.bmv2
 @pytest.mark.skipif(BMV2_MISSING is not None, reason=f"bmv2 target: {BMV2_MISSING}")
 def test_p4c_emits_the_committed_p4info(bmv2_json: Path) -> None:
-    from softswitch.p4info import load_p4info, p4info_diff, parse_p4info_text
+    from inaemu.p4.info import load_p4info, p4info_diff, parse_p4info_text
 
     built = parse_p4info_text((bmv2_json.parent / "ina.p4info.txt").read_text())
     assert p4info_diff(built, load_p4info().message) == []

@@ -13,11 +13,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from controller.jobs import JobError, JobSpec
-from controller.model import CHILD_TABLE
-from controller.p4rt import Controller, ControllerError, PipelineFiles
-from controller.topology import Topology, leaf_spine, star
-from hostlib.wire import (
+from inaemu.controller.jobs import JobError, JobSpec
+from inaemu.controller.model import CHILD_TABLE
+from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
+from inaemu.controller.topology import Topology, leaf_spine, star
+from inaemu.hostlib.wire import (
     INA_OFFSET,
     Endpoint,
     Flag,
@@ -30,11 +30,11 @@ from hostlib.wire import (
     parse_frames,
     slot_field,
 )
-from softswitch.constants import P4INFO_PATH, DropReason
-from softswitch.fabric import Fabric
-from softswitch.p4runtime_server import P4RuntimeServer
-from softswitch.pipeline import Pipeline
-from softswitch.state import ActionCall, TableEntry
+from inaemu.p4.constants import P4INFO_PATH, DropReason
+from inaemu.softswitch.fabric import Fabric
+from inaemu.softswitch.p4runtime.server import P4RuntimeServer
+from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.state import ActionCall, TableEntry
 
 T = TypeVar("T")
 
@@ -246,7 +246,7 @@ def test_cli_job_commands(tmp_path: Path) -> None:
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [sys.executable, "-m", "controller.cli", *args],
+                [sys.executable, "-m", "inaemu.controller.cli", *args],
                 capture_output=True,
                 text=True,
                 timeout=60,

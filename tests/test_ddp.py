@@ -50,10 +50,10 @@ def _train(rank: int, wire_base: int, tcp_port: int, codec: str, q: Any) -> None
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from hostlib.client import InaClient
-    from hostlib.codecs import make_codec
-    from hostlib.ddp import InaHookState, ina_allreduce_hook
-    from hostlib.transport import LoopbackWireTransport
+    from inaemu.hostlib.client import InaClient
+    from inaemu.hostlib.codecs import make_codec
+    from inaemu.hostlib.ddp import InaHookState, ina_allreduce_hook
+    from inaemu.hostlib.transport import LoopbackWireTransport
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{tcp_port}", rank=rank, world_size=WORLD

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-INAEMU = [sys.executable, "-m", "controller.cli"]
+INAEMU = [sys.executable, "-m", "inaemu.controller.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,7 +63,7 @@ def test_port_taken_is_a_clear_error() -> None:
         [
             sys.executable,
             "-m",
-            "softswitch",
+            "inaemu.softswitch",
             "--wires",
             "1-2",
             "--wire-base",

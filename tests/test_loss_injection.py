@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from controller.model import LOSS_TABLE, SwitchPlan, TableWrite, apply_to_pipeline, loss_threshold
-from softswitch.constants import DropReason
-from softswitch.pipeline import Pipeline
+from inaemu.controller.model import (
+    LOSS_TABLE,
+    SwitchPlan,
+    TableWrite,
+    apply_to_pipeline,
+    loss_threshold,
+)
+from inaemu.p4.constants import DropReason
+from inaemu.softswitch.pipeline import Pipeline
 
 ARP = bytes.fromhex(
     "ffffffffffff000000000001080600010800060400010000000000010a0000010000000000000a000002"

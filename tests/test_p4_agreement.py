@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from hostlib import wire
-from softswitch import constants
-from softswitch.p4info import load_p4info, p4info_diff
-from softswitch.pipeline import Pipeline
+from inaemu.hostlib import wire
+from inaemu.p4 import constants
+from inaemu.p4.info import load_p4info, p4info_diff
+from inaemu.softswitch.pipeline import Pipeline
 from tests import p4source
 
 SRC = p4source.read_sources()

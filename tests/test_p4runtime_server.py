@@ -31,7 +31,7 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
 from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
-from hostlib.wire import (
+from inaemu.hostlib.wire import (
     Endpoint,
     Flag,
     FrameTemplate,
@@ -41,11 +41,11 @@ from hostlib.wire import (
     pack_payloads,
     parse_frames,
 )
-from softswitch.constants import INA_SLOTS, P4INFO_PATH, DropReason, Event
-from softswitch.p4info import load_p4info
-from softswitch.p4rt_arbitration import Arbitration
-from softswitch.p4runtime_server import P4RuntimeServer, decode_bytes, encode_bytes
-from softswitch.pipeline import Pipeline
+from inaemu.p4.constants import INA_SLOTS, P4INFO_PATH, DropReason, Event
+from inaemu.p4.info import load_p4info
+from inaemu.softswitch.p4runtime.arbitration import Arbitration
+from inaemu.softswitch.p4runtime.server import P4RuntimeServer, decode_bytes, encode_bytes
+from inaemu.softswitch.pipeline import Pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 INFO = load_p4info()

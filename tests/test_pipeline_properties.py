@@ -20,7 +20,7 @@ import numpy.typing as npt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostlib.wire import (
+from inaemu.hostlib.wire import (
     INA_OFFSET,
     Endpoint,
     Flag,
@@ -33,8 +33,8 @@ from hostlib.wire import (
     parse_frames,
     slot_field,
 )
-from softswitch.pipeline import Pipeline
-from softswitch.state import ActionCall, TableEntry
+from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.state import ActionCall, TableEntry
 from tests.helpers import accounted
 
 SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.jobs import JobError, JobManager, JobSpec, route_plans
-from controller.model import apply_to_pipeline
-from controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
-from softswitch.constants import INA_SLOTS
+from inaemu.controller.jobs import JobError, JobManager, JobSpec, route_plans
+from inaemu.controller.model import apply_to_pipeline
+from inaemu.controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
+from inaemu.p4.constants import INA_SLOTS
 
 
 def test_json_round_trip(tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def test_bad_jobs(spec: JobSpec, message: str) -> None:
 
 
 def test_routes_forward_between_leaves() -> None:
-    from softswitch.pipeline import Pipeline
+    from inaemu.softswitch.pipeline import Pipeline
 
     topo = leaf_spine(2, 1, 1)
     plans = route_plans(topo)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.wire import (
+from inaemu.hostlib.wire import (
     INA_OFFSET,
     Endpoint,
     Flag,
@@ -18,9 +18,9 @@ from hostlib.wire import (
     parse_frames,
     slot_field,
 )
-from softswitch.constants import DropReason, Event
-from softswitch.fabric import Fabric
-from softswitch.state import ActionCall, TableEntry
+from inaemu.p4.constants import DropReason, Event
+from inaemu.softswitch.fabric import Fabric
+from inaemu.softswitch.state import ActionCall, TableEntry
 
 SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
 HOSTS = {f"h{i}": Endpoint(f"00:00:00:00:00:{i:02x}", f"10.0.0.{i}") for i in range(1, 5)}

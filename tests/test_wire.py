@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hostlib import wire
-from hostlib.scapy_ina import INA
-from hostlib.wire import FRAME_BYTES, INA_UDP_PORT, Endpoint, FrameTemplate, InaHeader, K
+from inaemu.hostlib import wire
+from inaemu.hostlib.scapy_ina import INA
+from inaemu.hostlib.wire import FRAME_BYTES, INA_UDP_PORT, Endpoint, FrameTemplate, InaHeader, K
 
 SRC = Endpoint("00:00:00:00:00:01", "10.0.0.1")
 DST = Endpoint("00:00:00:00:00:fe", "10.0.0.254")

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from hostlib.codecs import inceptionn
-from hostlib.codecs.base import (
+from inaemu.hostlib.codecs import inceptionn
+from inaemu.hostlib.codecs.base import (
     HomomorphicCodec,
     Phase,
     PhaseGenerator,
@@ -31,11 +31,16 @@ from hostlib.codecs.base import (
     simulate_allreduce,
     words_on_wire,
 )
-from hostlib.codecs.fixedpoint import FixedPointCodec, error_bound, quantize, worst_case_error
-from hostlib.codecs.inceptionn import compress as inceptionn_compress
-from hostlib.codecs.inceptionn import decompress as inceptionn_decompress
-from hostlib.codecs.passthrough import Int32Codec
-from hostlib.codecs.sketch import PeelingFailed, SketchCodec, SketchCorrupt
+from inaemu.hostlib.codecs.fixedpoint import (
+    FixedPointCodec,
+    error_bound,
+    quantize,
+    worst_case_error,
+)
+from inaemu.hostlib.codecs.inceptionn import compress as inceptionn_compress
+from inaemu.hostlib.codecs.inceptionn import decompress as inceptionn_decompress
+from inaemu.hostlib.codecs.passthrough import Int32Codec
+from inaemu.hostlib.codecs.sketch import PeelingFailed, SketchCodec, SketchCorrupt
 
 CODECS: dict[str, Callable[..., HomomorphicCodec]] = {
     "int32": Int32Codec,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.codecs.base import Int32Array
+from inaemu.hostlib.codecs.base import Int32Array
 
 # Elements processed per numpy call on hot paths. Working on cache-resident chunks instead of
 # whole-array temporaries is ~10x faster for 16M-element arrays (no page faults on fresh

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.codecs._util import (
+from inaemu.hostlib.codecs._util import (
     CHUNK_ELEMENTS,
     as_flat,
     check_finite,
@@ -49,9 +49,9 @@ from hostlib.codecs._util import (
     chunks,
     expect_result,
 )
-from hostlib.codecs.base import BoolArray, Int32Array, Phase, PhaseGenerator, SumOverflow
-from hostlib.codecs.passthrough import int32_sum_phases
-from hostlib.wire import Opcode
+from inaemu.hostlib.codecs.base import BoolArray, Int32Array, Phase, PhaseGenerator, SumOverflow
+from inaemu.hostlib.codecs.passthrough import int32_sum_phases
+from inaemu.hostlib.wire import Opcode
 
 DEFAULT_BLOCK_SIZE = 256
 VALUE_BITS = 30  # |q| <= 2**(VALUE_BITS - H); n_terms * |q| <= 2**30 < INT32_MAX

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.codecs._util import check_finite, chunks
+from inaemu.hostlib.codecs._util import check_finite, chunks
 
 DEFAULT_ERROR_BOUND = 2.0**-10
 MAGIC = b"INCN"

@@ -56,14 +56,14 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from hostlib.codecs._util import as_flat, check_finite, check_workers, expect_result
-from hostlib.codecs.base import (
+from inaemu.hostlib.codecs._util import as_flat, check_finite, check_workers, expect_result
+from inaemu.hostlib.codecs.base import (
     Int32Array,
     Phase,
     PhaseGenerator,
     SumOverflow,
 )
-from hostlib.codecs.fixedpoint import (
+from inaemu.hostlib.codecs.fixedpoint import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAX_BACKOFF,
     ZERO_BLOCK_EXPONENT,
@@ -73,7 +73,7 @@ from hostlib.codecs.fixedpoint import (
     dequantize,
     scale_exponents,
 )
-from hostlib.wire import INT32_MAX, INT32_MIN, Opcode
+from inaemu.hostlib.wire import INT32_MAX, INT32_MIN, Opcode
 
 N_HASHES = 3
 DEFAULT_RATIO = 1.25

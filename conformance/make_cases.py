@@ -1,0 +1,706 @@
+"""Writes the conformance cases (conformance/cases/*.stf) from readable descriptions.
+
+The .stf files are the cases: data that p4c's bmv2 STF runner and our targets both read.
+This script only saves typing hex. Every expected packet is computed here from first
+principles (the sums by numpy, the rewrites and checksums by hand), never by running a
+switch, so a case checks the switch instead of restating it.
+
+    python -m inaemu.conformance.make_cases        # rewrite the .stf files
+    python -m inaemu.conformance.make_cases --check  # exit 1 if a file is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from inaemu.hostlib.wire import (
+    INA_VERSION,
+    INT32_MAX,
+    INT32_MIN,
+    Endpoint,
+    Flag,
+    FrameTemplate,
+    K,
+    Opcode,
+    pack_frames,
+    pack_payloads,
+    slot_field,
+)
+from inaemu.p4.constants import DropReason, Event
+
+HERE = Path(__file__).resolve().parent / "cases"
+SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
+JOB_TABLE = "InaIngress.agg.ina_job"
+CHILD_TABLE = "InaIngress.agg.ina_child"
+EGRESS_TABLE = "InaEgress.rewrite.ina_egress"
+DROPS = "InaIngress.counters.ina_drops"
+EVENTS = "InaIngress.agg.ina_events"
+
+# Lane values as a case writes them: a tuple of ints, or a numpy row of integers.
+Lanes = Sequence[int] | npt.NDArray[np.integer[Any]]
+
+
+def host(i: int) -> Endpoint:
+    return Endpoint(f"00:00:00:00:00:{i:02x}", f"10.0.0.{i}")
+
+
+def mac_int(ep: Endpoint) -> int:
+    return int(ep.mac.replace(":", ""), 16)
+
+
+def ip_int(ep: Endpoint) -> int:
+    a, b, c, d = (int(x) for x in ep.ip.split("."))
+    return a << 24 | b << 16 | c << 8 | d
+
+
+@dataclass(frozen=True)
+class Ina:
+    """One INA packet as the case describes it."""
+
+    src: Endpoint
+    dst: Endpoint
+    values: tuple[int, ...]
+    opcode: int = Opcode.SUM
+    job: int = 1
+    tree: int = 0
+    slot: int = 0
+    set_: int = 0
+    seq: int = 0
+    flags: int = 0
+    contrib: int = 1
+    lanes: int = K
+    version: int = INA_VERSION
+    udp_csum: int = 0x1234  # workers may send any UDP checksum; the switch emits 0
+
+    def frame(self) -> bytes:
+        vals = np.zeros((1, K), dtype=np.int64)
+        vals[0, : len(self.values)] = self.values
+        rec = pack_frames(
+            FrameTemplate(self.src, self.dst),
+            pack_payloads(
+                opcode=self.opcode,
+                job_id=self.job,
+                tree_id=self.tree,
+                slot=slot_field(self.slot, self.set_),
+                seq=self.seq,
+                values=vals.astype(np.uint32).view(np.int32),
+                lanes=self.lanes,
+                flags=self.flags,
+                contrib=self.contrib,
+            ),
+        )
+        rec["ver_flags"] = (self.version << 4) | (self.flags & 0xF)
+        rec["udp_csum"] = self.udp_csum
+        return rec.tobytes()
+
+
+def lanes_of(values: Lanes) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def sum_sat(rows: Sequence[Lanes]) -> tuple[tuple[int, ...], bool]:
+    """Saturating int32 sum in arrival order, lane by lane (what the switch must do)."""
+    acc = np.zeros(K, dtype=np.int64)
+    over = False
+    for i, row in enumerate(rows):
+        r = np.zeros(K, dtype=np.int64)
+        r[: len(row)] = row
+        if i == 0:
+            acc = r
+            continue
+        acc = acc + r
+        over |= bool(((acc > INT32_MAX) | (acc < INT32_MIN)).any())
+        acc = np.clip(acc, INT32_MIN, INT32_MAX)
+    return lanes_of(acc), over
+
+
+@dataclass
+class Case:
+    name: str
+    doc: str
+    lines: list[str] = field(default_factory=list)
+
+    def comment(self, text: str) -> None:
+        self.lines.append(f"# {text}")
+
+    def add(
+        self, table: str, keys: Sequence[tuple[str, int | str]], action: str, **params: int
+    ) -> None:
+        key_text = " ".join(f"{k}:{v}" for k, v in keys)
+        args = ",".join(f"{k}:{v}" for k, v in params.items())
+        self.lines.append(f"add {table} {key_text} {action}({args})")
+
+    def job(
+        self,
+        job: int,
+        tree: int,
+        *,
+        base: int,
+        pool: int,
+        fanin: int,
+        mgid: int,
+        root: bool = True,
+        parent_port: int = 0,
+    ) -> None:
+        self.add(
+            JOB_TABLE,
+            [("hdr.ina.job_id", job), ("hdr.ina.tree_id", tree)],
+            "InaIngress.agg.agg_node",
+            base=base,
+            pool_size=pool,
+            fanin=fanin,
+            child_mgid=mgid,
+            is_root=int(root),
+            parent_port=parent_port,
+        )
+
+    def child(self, job: int, tree: int, port: int, index: int) -> None:
+        self.add(
+            CHILD_TABLE,
+            [
+                ("hdr.ina.job_id", job),
+                ("hdr.ina.tree_id", tree),
+                ("standard_metadata.ingress_port", port),
+            ],
+            "InaIngress.agg.set_child",
+            index=index,
+        )
+
+    def to_host(self, port: int, ep: Endpoint) -> None:
+        self.add(
+            EGRESS_TABLE,
+            [("standard_metadata.egress_port", port)],
+            "InaEgress.rewrite.to_host",
+            dmac=mac_int(ep),
+            dip=ip_int(ep),
+        )
+
+    def mcast(self, mgid: int, handle: int, ports: Sequence[int], rid: int = 0) -> None:
+        self.lines.append(f"mc_mgrp_create {mgid}")
+        self.lines.append(f"mc_node_create {rid} " + " ".join(str(p) for p in ports))
+        self.lines.append(f"mc_node_associate {mgid} {handle}")
+
+    def packet(self, port: int, pkt: Ina | bytes) -> None:
+        data = pkt.frame() if isinstance(pkt, Ina) else pkt
+        self.lines.append(f"packet {port} {data.hex()}")
+
+    def expect(self, port: int, pkt: Ina | bytes) -> None:
+        data = pkt.frame() if isinstance(pkt, Ina) else pkt
+        self.lines.append(f"expect {port} {data.hex()} $")
+
+    def counter(self, name: str, index: int, packets: int) -> None:
+        self.lines.append(f"check_counter {name}({index}) packets == {packets}")
+
+    def drops(self, reason: DropReason, packets: int) -> None:
+        self.comment(f"drop reason {reason.name}")
+        self.counter(DROPS, int(reason), packets)
+
+    def events(self, event: Event, packets: int) -> None:
+        self.comment(f"event {event.name}")
+        self.counter(EVENTS, int(event), packets)
+
+    def text(self) -> str:
+        head = [f"# {line}" if line else "#" for line in self.doc.strip().splitlines()]
+        head.append("# Generated by python -m inaemu.conformance.make_cases; edit that, not this.")
+        return "\n".join([*head, "", *self.lines, ""])
+
+
+def star(
+    case: Case,
+    n: int,
+    *,
+    job: int = 1,
+    base: int = 0,
+    pool: int = 4,
+    mgid: int = 1,
+    first_port: int = 1,
+) -> list[int]:
+    """A one-switch job: hosts on ports first_port.., child index = port order."""
+    ports = list(range(first_port, first_port + n))
+    case.job(job, 0, base=base, pool=pool, fanin=n, mgid=mgid)
+    for i, p in enumerate(ports):
+        case.child(job, 0, p, i)
+        case.to_host(p, host(p))
+    case.mcast(mgid, mgid - 1, ports)
+    return ports
+
+
+def result_to(
+    port: int,
+    last: Ina,
+    values: Sequence[int],
+    *,
+    contrib: int,
+    overflow: bool = False,
+    to_host: bool = True,
+) -> Ina:
+    """The result copy the switch sends out `port` after `last` completed the slot."""
+    flags = int(Flag.RESULT) | (int(Flag.OVERFLOW) if overflow else 0)
+    dst = Endpoint(host(port).mac, host(port).ip) if to_host else last.dst
+    # Only eth.dst and ip.dst are rewritten: eth.src / ip.src stay the last sender's.
+    return replace(last, dst=dst, values=lanes_of(values), flags=flags, contrib=contrib, udp_csum=0)
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+def case_reduce(op: Opcode, n: int) -> Case:
+    rng = np.random.default_rng(1000 + 10 * int(op) + n)
+    c = Case(
+        f"{op.name.lower()}_{n}_worker{'s' if n > 1 else ''}",
+        f"{op.name} over {n} worker(s) on one switch: every worker gets the result.",
+    )
+    ports = star(c, n)
+    if op == Opcode.OR:
+        rows = [rng.integers(0, 2**32, K, dtype=np.uint64).astype(np.int64) for _ in ports]
+        rows = [np.where(r >= 2**31, r - 2**32, r) for r in rows]
+        agg = np.bitwise_or.reduce(np.stack(rows).astype(np.int32).view(np.uint32), axis=0)
+        total = lanes_of(agg.view(np.int32))
+    elif op == Opcode.MAX:
+        rows = [rng.integers(-(2**31), 2**31, K) for _ in ports]
+        total = lanes_of(np.max(np.stack(rows), axis=0))
+    else:
+        rows = [rng.integers(-(2**24), 2**24, K) for _ in ports]
+        total, _ = sum_sat(rows)
+    pkts = [
+        Ina(host(p), SWITCH, lanes_of(r), opcode=op, seq=7)
+        for p, r in zip(ports, rows, strict=True)
+    ]
+    for p, pkt in zip(ports, pkts, strict=True):
+        c.packet(p, pkt)
+    for p in ports:
+        c.expect(p, result_to(p, pkts[-1], total, contrib=n))
+    c.events(Event.CONTRIBUTION, n)
+    c.events(Event.FIRST, 1)
+    c.events(Event.COMPLETE_ROOT, 1)
+    return c
+
+
+def case_duplicates() -> Case:
+    c = Case(
+        "duplicates",
+        """
+A duplicate before completion is dropped (DROP_DUPLICATE) and changes nothing; a duplicate
+after completion (a retransmission) is answered with the stored result, unicast to its sender.""",
+    )
+    ports = star(c, 3)
+    rows = [(1, 2, 3), (10, 20, 30), (100, 200, 300)]
+    pkts = [Ina(host(p), SWITCH, r, seq=42, slot=2) for p, r in zip(ports, rows, strict=True)]
+    total = (111, 222, 333)
+    c.packet(1, pkts[0])
+    c.comment("worker 1 again before completion: dropped")
+    c.packet(1, replace(pkts[0], flags=int(Flag.RETX)))
+    c.packet(2, pkts[1])
+    c.packet(3, pkts[2])
+    for p in ports:
+        c.expect(p, result_to(p, pkts[2], total, contrib=3))
+    c.comment("worker 2 retransmits after completion (its result was lost): unicast reply")
+    retx = replace(pkts[1], flags=int(Flag.RETX), values=(0,) * 3)
+    c.packet(2, retx)
+    c.expect(2, result_to(2, retx, total, contrib=3))
+    c.drops(DropReason.DUPLICATE, 1)
+    c.events(Event.RETX_REPLY, 1)
+    return c
+
+
+def case_lost_result() -> Case:
+    c = Case(
+        "lost_result",
+        """
+Results to workers 2 and 4 are lost on the way (they never see them). Each retransmits its
+contribution with RETX and gets the stored result back, unicast, with the original seq.""",
+    )
+    ports = star(c, 4)
+    rows = [(p, -p, 2 * p) for p in ports]
+    pkts = [
+        Ina(host(p), SWITCH, r, seq=9, slot=1, set_=1) for p, r in zip(ports, rows, strict=True)
+    ]
+    total = (10, -10, 20)
+    for p, pkt in zip(ports, pkts, strict=True):
+        c.packet(p, pkt)
+    for p in ports:
+        c.expect(p, result_to(p, pkts[-1], total, contrib=4))
+    for p in (2, 4):
+        retx = replace(pkts[p - 1], flags=int(Flag.RETX))
+        c.packet(p, retx)
+        c.expect(p, result_to(p, retx, total, contrib=4))
+    c.events(Event.RETX_REPLY, 2)
+    c.events(Event.CONTRIBUTION, 4)
+    return c
+
+
+def case_slot_reuse() -> Case:
+    c = Case(
+        "slot_reuse",
+        """
+One slot used for three rounds: set 0, set 1, set 0 again (chunks 0, W, 2W with W=4).
+Each use starts fresh: its first contribution overwrites the lanes left by the previous use.""",
+    )
+    ports = star(c, 2)
+    for rnd in range(3):
+        set_ = rnd % 2
+        rows = [(rnd * 10 + 1, rnd), (rnd * 10 + 2, -rnd)]
+        pkts = [
+            Ina(host(p), SWITCH, r, slot=3, set_=set_, seq=3 + 4 * rnd)
+            for p, r in zip(ports, rows, strict=True)
+        ]
+        c.comment(f"round {rnd}: set {set_}")
+        for p, pkt in zip(ports, pkts, strict=True):
+            c.packet(p, pkt)
+        total = (rnd * 20 + 3, 0)
+        for p in ports:
+            c.expect(p, result_to(p, pkts[-1], total, contrib=2))
+    c.events(Event.FIRST, 3)
+    c.events(Event.COMPLETE_ROOT, 3)
+    return c
+
+
+def case_stale_copies() -> Case:
+    c = Case(
+        "stale_copies",
+        """
+Copies that outlive their round are dropped as DROP_STALE instead of corrupting the next use
+of the cell (W=1, so chunk i uses slot 0, set i mod 2): a late copy of the completed use from
+a worker that has moved on, and a copy of an old chunk arriving mid-way through a new use.""",
+    )
+    ports = star(c, 2, pool=1)
+
+    def chunk(p: int, i: int) -> Ina:
+        return Ina(host(p), SWITCH, (i + 1, p), slot=0, set_=i % 2, seq=i)
+
+    c.packet(1, chunk(1, 0))
+    c.packet(2, chunk(2, 0))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 0), (2, 3), contrib=2))
+    c.packet(1, chunk(1, 1))
+    c.comment("late copy of worker 1's chunk 0: set 0 is complete with seq 0 -> stale")
+    c.packet(1, chunk(1, 0))
+    c.packet(2, chunk(2, 1))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 1), (4, 3), contrib=2))
+    c.packet(1, chunk(1, 2))
+    c.comment("late copy of worker 2's chunk 0 while chunk 2 is being summed -> stale")
+    c.packet(2, chunk(2, 0))
+    c.packet(2, chunk(2, 2))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 2), (6, 3), contrib=2))
+    c.drops(DropReason.STALE, 2)
+    c.events(Event.FIRST, 3)
+    return c
+
+
+def case_malformed() -> Case:
+    c = Case(
+        "malformed",
+        """
+Every malformed or foreign INA packet is dropped and counted under its own reason:
+non-member port, unknown job, unknown tree, slot past the pool, lanes 0, lanes > K,
+bad version, bad opcode, a RESULT from a child, and a truncated packet. Nothing is emitted
+and the slot is untouched: the job still completes correctly afterwards.""",
+    )
+    ports = star(c, 2)
+    good = Ina(host(1), SWITCH, (5, 6, 7), seq=1)
+    c.comment("port 5 is not a member of job 1")
+    c.packet(5, replace(good, src=host(5)))
+    c.packet(1, replace(good, job=9))
+    c.packet(1, replace(good, tree=3))
+    c.packet(1, replace(good, slot=4))
+    c.packet(1, replace(good, lanes=0))
+    c.packet(1, replace(good, lanes=K + 1))
+    c.packet(1, replace(good, version=2))
+    c.packet(1, replace(good, opcode=3))
+    c.packet(1, replace(good, flags=int(Flag.RESULT)))
+    c.comment("truncated: the frame ends inside the lanes")
+    c.packet(1, good.frame()[:100])
+    c.comment("truncated: the frame ends inside the INA header")
+    c.packet(1, good.frame()[:50])
+    c.packet(1, good)
+    second = Ina(host(2), SWITCH, (1, 1, 1), seq=1)
+    c.packet(2, second)
+    for p in ports:
+        c.expect(p, result_to(p, second, (6, 7, 8), contrib=2))
+    c.drops(DropReason.NOT_MEMBER, 1)
+    c.drops(DropReason.UNKNOWN_JOB, 2)
+    c.drops(DropReason.SLOT_RANGE, 1)
+    c.drops(DropReason.BAD_LANES, 2)
+    c.drops(DropReason.BAD_VERSION, 1)
+    c.drops(DropReason.BAD_OPCODE, 1)
+    c.drops(DropReason.UNEXPECTED_RESULT, 1)
+    c.drops(DropReason.TRUNCATED, 2)
+    c.events(Event.CONTRIBUTION, 2)
+    return c
+
+
+def case_saturation() -> Case:
+    c = Case(
+        "sum_saturation",
+        """
+SUM saturates at the int32 bounds in both directions and sets the sticky OVERFLOW flag on the
+result; lanes that did not overflow are exact.""",
+    )
+    ports = star(c, 3)
+    rows = [
+        (INT32_MAX - 10, INT32_MIN + 10, 5, -5),
+        (20, -20, 5, -5),
+        (-1, 1, 5, -5),
+    ]
+    pkts = [Ina(host(p), SWITCH, r, seq=11) for p, r in zip(ports, rows, strict=True)]
+    total, over = sum_sat(rows)
+    assert over and total[:4] == (INT32_MAX - 1, INT32_MIN + 1, 15, -15)
+    for p, pkt in zip(ports, pkts, strict=True):
+        c.packet(p, pkt)
+    for p in ports:
+        c.expect(p, result_to(p, pkts[-1], total, contrib=3, overflow=True))
+    c.comment("a retransmission after completion still reports OVERFLOW")
+    retx = replace(pkts[0], flags=int(Flag.RETX))
+    c.packet(1, retx)
+    c.expect(1, result_to(1, retx, total, contrib=3, overflow=True))
+    c.events(Event.OVERFLOW, 1)
+    return c
+
+
+def case_two_jobs() -> Case:
+    c = Case(
+        "two_jobs",
+        """
+Two jobs share the switch with disjoint pools (job 1: base 0, ports 1-2; job 2: base 4,
+ports 3-4) and use the same slot numbers, interleaved. Each gets exactly its own sums, and
+job 2's worker cannot write into job 1 (not a member).""",
+    )
+    star(c, 2, job=1, base=0, mgid=1)
+    star(c, 2, job=2, base=4, mgid=2, first_port=3)
+    a = [Ina(host(p), SWITCH, (p, 100), job=1, slot=0, seq=0) for p in (1, 2)]
+    b = [Ina(host(p), SWITCH, (p * 1000, 7), job=2, slot=0, seq=0) for p in (3, 4)]
+    c.packet(1, a[0])
+    c.packet(3, b[0])
+    c.comment("job 2's host forges job 1: dropped as not a member")
+    c.packet(4, replace(b[1], job=1))
+    c.packet(2, a[1])
+    for p in (1, 2):
+        c.expect(p, result_to(p, a[1], (3, 200), contrib=2))
+    c.packet(4, b[1])
+    for p in (3, 4):
+        c.expect(p, result_to(p, b[1], (7000, 14), contrib=2))
+    c.drops(DropReason.NOT_MEMBER, 1)
+    return c
+
+
+def case_tree_leaf() -> Case:
+    c = Case(
+        "tree_leaf",
+        """
+A leaf (non-root) switch of a two-level tree: workers on ports 1-2, parent on port 3.
+It forwards the partial sum up (no RESULT, contrib 2), re-sends it with RETX when a worker
+retransmits while the result is missing (lost upward partial), and stores and multicasts
+the RESULT from its parent. A stale RESULT (other seq) and a RESULT from a child are dropped.
+Afterwards a worker's retransmission is answered locally.""",
+    )
+    c.job(1, 0, base=0, pool=4, fanin=2, mgid=1, root=False, parent_port=3)
+    for i, p in enumerate((1, 2)):
+        c.child(1, 0, p, i)
+        c.to_host(p, host(p))
+    c.mcast(1, 0, (1, 2))
+    pkts = [Ina(host(p), SWITCH, (p, 10 * p), seq=5) for p in (1, 2)]
+    c.packet(1, pkts[0])
+    c.packet(2, pkts[1])
+    partial = replace(pkts[1], values=(3, 30), contrib=2, udp_csum=0)
+    c.expect(3, partial)
+    c.comment("the partial was lost upstream; worker 1 retransmits: partial re-sent with RETX")
+    retx = replace(pkts[0], flags=int(Flag.RETX))
+    c.packet(1, retx)
+    c.expect(3, replace(retx, values=(3, 30), contrib=2, flags=int(Flag.RETX), udp_csum=0))
+    c.comment("RESULT from the parent (root sums 3 with 4 from the other leaf)")
+    parent_result = Ina(
+        host(9), SWITCH, (7, 70), seq=5, flags=int(Flag.RESULT), contrib=4, udp_csum=0
+    )
+    c.comment("first a stale one (seq 1) and one from a child port")
+    c.packet(3, replace(parent_result, seq=1))
+    c.packet(1, parent_result)
+    c.packet(3, parent_result)
+    for p in (1, 2):
+        c.expect(p, replace(parent_result, dst=host(p)))
+    c.comment("worker 2 missed it: answered by the leaf itself")
+    retx2 = replace(pkts[1], flags=int(Flag.RETX))
+    c.packet(2, retx2)
+    c.expect(
+        2,
+        replace(retx2, dst=host(2), values=(7, 70), flags=int(Flag.RESULT), contrib=4, udp_csum=0),
+    )
+    c.drops(DropReason.STALE, 1)
+    c.drops(DropReason.UNEXPECTED_RESULT, 1)
+    c.events(Event.COMPLETE_UP, 1)
+    c.events(Event.RETX_UP, 1)
+    c.events(Event.PARENT_RESULT, 1)
+    c.events(Event.RETX_REPLY, 1)
+    return c
+
+
+def case_tree_root() -> Case:
+    c = Case(
+        "tree_root",
+        """
+The root of a two-level tree: two leaf switches on ports 1-2 each send a partial (contrib 2).
+The root multicasts the RESULT (contrib 4) to both leaves; switch ports have no ina_egress
+entry, so addresses are left as they came. A leaf's RETX partial after completion (its
+result was lost) is answered with the result on that port only.""",
+    )
+    c.job(1, 0, base=0, pool=4, fanin=2, mgid=1, root=True)
+    for i, p in enumerate((1, 2)):
+        c.child(1, 0, p, i)
+    c.mcast(1, 0, (1, 2))
+    parts = [Ina(host(p), SWITCH, (p, -p), seq=6, contrib=2) for p in (1, 2)]
+    c.packet(1, parts[0])
+    c.packet(2, parts[1])
+    for p in (1, 2):
+        c.expect(
+            p, replace(parts[1], values=(3, -3), flags=int(Flag.RESULT), contrib=4, udp_csum=0)
+        )
+    retx = replace(parts[0], flags=int(Flag.RETX))
+    c.packet(1, retx)
+    c.expect(1, replace(retx, values=(3, -3), flags=int(Flag.RESULT), contrib=4, udp_csum=0))
+    c.events(Event.COMPLETE_ROOT, 1)
+    c.events(Event.RETX_REPLY, 1)
+    return c
+
+
+UDP_5001 = bytes.fromhex("13891389000d0000") + b"hello"  # ordinary UDP to port 5001
+
+
+def ipv4_frame(
+    src: Endpoint, dst_mac: str, dst_ip: str, ttl: int, payload: bytes = UDP_5001, proto: int = 17
+) -> bytes:
+    import struct
+
+    from inaemu.hostlib.wire import ip_int as ipi
+    from inaemu.hostlib.wire import ipv4_checksum, mac_bytes
+
+    total = 20 + len(payload)
+    hdr = struct.pack("!BBHHHBBHII", 0x45, 0, total, 1, 0, ttl, proto, 0, ipi(src.ip), ipi(dst_ip))
+    hdr = hdr[:10] + ipv4_checksum(hdr).to_bytes(2, "big") + hdr[12:]
+    return mac_bytes(dst_mac) + mac_bytes(src.mac) + b"\x08\x00" + hdr + payload
+
+
+def case_ipv4() -> Case:
+    c = Case(
+        "ipv4_forwarding",
+        """
+Ordinary IPv4 traffic is routed by longest prefix: the switch rewrites the MACs, decrements
+the TTL and fixes the checksum. No route, TTL 1 and non-IPv4 frames are dropped and counted.""",
+    )
+    table = "InaIngress.fwd.ipv4_lpm"
+    c.add(
+        table,
+        [("hdr.ipv4.dstAddr", "0x0A000002")],
+        "InaIngress.fwd.ipv4_forward",
+        dstAddr=0x000000000002,
+        port=2,
+    )
+    c.add(
+        table,
+        [("hdr.ipv4.dstAddr", "0x0A0000**")],
+        "InaIngress.fwd.ipv4_forward",
+        dstAddr=0x0000000000AA,
+        port=3,
+    )
+    src = host(1)
+    sw_mac = SWITCH.mac
+    c.packet(1, ipv4_frame(src, sw_mac, "10.0.0.2", 64))
+    c.expect(2, ipv4_frame(Endpoint(sw_mac, src.ip), "00:00:00:00:00:02", "10.0.0.2", 63))
+    c.comment("10.0.0.7 takes the /24")
+    c.packet(1, ipv4_frame(src, sw_mac, "10.0.0.7", 5))
+    c.expect(3, ipv4_frame(Endpoint(sw_mac, src.ip), "00:00:00:00:00:aa", "10.0.0.7", 4))
+    c.comment("no route")
+    c.packet(1, ipv4_frame(src, sw_mac, "192.168.1.1", 64))
+    c.comment("TTL 1 expires here")
+    c.packet(1, ipv4_frame(src, sw_mac, "10.0.0.2", 1))
+    c.comment("an ARP frame: not IPv4")
+    c.packet(
+        1,
+        bytes.fromhex(
+            "ffffffffffff000000000001080600010800060400010000000000010a0000010000000000000a000002"
+        ),
+    )
+    c.drops(DropReason.NO_ROUTE, 1)
+    c.drops(DropReason.TTL_EXPIRED, 1)
+    c.drops(DropReason.NOT_IPV4, 1)
+    return c
+
+
+def case_loss() -> Case:
+    c = Case(
+        "loss_injection",
+        """
+Loss injection per ingress port: threshold 0 never drops, 0xFFFFFFFF always drops (counted as
+DROP_LOSS before anything else looks at the packet).""",
+    )
+    ports = star(c, 2)
+    c.add(
+        "InaIngress.loss.ina_loss",
+        [("standard_metadata.ingress_port", 1)],
+        "InaIngress.loss.set_loss",
+        threshold=0,
+    )
+    c.add(
+        "InaIngress.loss.ina_loss",
+        [("standard_metadata.ingress_port", 2)],
+        "InaIngress.loss.set_loss",
+        threshold=0xFFFFFFFF,
+    )
+    a = Ina(host(1), SWITCH, (1,), seq=0)
+    b = Ina(host(2), SWITCH, (2,), seq=0)
+    for _ in range(5):
+        c.packet(2, b)
+    c.packet(1, a)
+    c.comment("even a malformed packet on port 2 is lost first")
+    c.packet(2, replace(b, version=3))
+    c.drops(DropReason.LOSS, 6)
+    c.drops(DropReason.BAD_VERSION, 0)
+    c.events(Event.CONTRIBUTION, 1)
+    del ports
+    return c
+
+
+CASES = [
+    *(case_reduce(op, n) for op in Opcode for n in (1, 4)),
+    case_duplicates(),
+    case_lost_result(),
+    case_slot_reuse(),
+    case_stale_copies(),
+    case_malformed(),
+    case_saturation(),
+    case_two_jobs(),
+    case_tree_leaf(),
+    case_tree_root(),
+    case_ipv4(),
+    case_loss(),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only check the files are current")
+    args = ap.parse_args()
+    stale = []
+    for case in CASES:
+        path = HERE / f"{case.name}.stf"
+        text = case.text()
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text)
+    if stale:
+        print("stale conformance files (run python -m inaemu.conformance.make_cases):", *stale)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""P4Runtime StreamChannels and arbitration: which controller is primary (P4Runtime spec §5.4).
+
+`Arbiter` holds the open StreamChannels of one device, runs master arbitration on them and
+tells every controller whether it is primary; the server asks it `check_primary` before a
+Write or SetForwardingPipelineConfig. Its state is guarded by the server's lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import grpc
+from finsy.proto.p4.v1 import p4runtime_pb2
+
+from inaemu.softswitch.p4runtime.values import ERROR_SPACE, P4RuntimeFailure, invalid, to_u128, u128
+
+__all__ = ["Arbiter", "Arbitration", "check_device"]
+
+LOG = logging.getLogger(__name__)
+
+Arbitration = Literal["promote", "strict"]
+
+
+def check_device(device_id: int, this_device: int) -> None:
+    """Refuse a request for a device id other than `this_device` (NOT_FOUND)."""
+    if device_id != this_device:
+        raise P4RuntimeFailure(
+            grpc.StatusCode.NOT_FOUND,
+            f"unknown device_id {device_id}: this switch is device {this_device}",
+        )
+
+
+@dataclass(eq=False)
+class _Client:
+    """One StreamChannel."""
+
+    number: int
+    outbox: queue.Queue[object] = field(default_factory=queue.Queue)
+    arbitrated: bool = False
+    closed: bool = False
+    device_id: int = 0
+    election_id: int | None = None  # None: the client sent no election id (never primary)
+
+    def label(self) -> str:
+        return f"stream #{self.number} (election id {self.election_id})"
+
+
+@dataclass(frozen=True)
+class _Terminate:
+    """Ends a StreamChannel with an error status."""
+
+    code: Any
+    message: str
+
+
+_EOF = object()
+
+
+class Arbiter:
+    """The StreamChannels of device `device_id` and its primary controller.
+
+    `arbitration` and `max_streams` are as in `P4RuntimeServer`; `lock` is the server's lock,
+    so that a request's primary check and an arbitration update never interleave.
+    """
+
+    def __init__(
+        self,
+        *,
+        device_id: int,
+        arbitration: Arbitration,
+        max_streams: int,
+        lock: threading.RLock,
+    ) -> None:
+        self.device_id = device_id
+        self.arbitration: Arbitration = arbitration
+        self.max_streams = max_streams
+        self._lock = lock
+        self._clients: list[_Client] = []
+        self._open_streams = 0
+        self._primary: _Client | None = None
+        self._highest_election_id: int | None = None  # strict mode: highest ever seen
+        self._numbers = itertools.count(1)
+
+    def check_primary(self, election_id: p4runtime_pb2.Uint128 | None) -> None:
+        """Refuse a request whose election id is not the primary's (PERMISSION_DENIED).
+
+        Call it with the lock held, so the primary cannot change before the request is done.
+        """
+        primary = self._primary
+        if primary is None or election_id is None or u128(election_id) != primary.election_id:
+            given = "none" if election_id is None else str(u128(election_id))
+            who = (
+                f"the primary has election id {primary.election_id}"
+                if primary is not None
+                else "there is no primary controller (open a StreamChannel and send a "
+                "MasterArbitrationUpdate)"
+            )
+            raise P4RuntimeFailure(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"not the primary controller: request election id {given}, {who}",
+            )
+
+    def drop_all(self) -> None:
+        """Forget every stream (the server stopped)."""
+        with self._lock:
+            for client in list(self._clients):
+                self._drop_client(client)
+
+    # ------------------------------------------------------------------ arbitration
+
+    def _open_stream(self) -> _Client | None:
+        with self._lock:
+            if self._open_streams >= self.max_streams:
+                return None
+            self._open_streams += 1
+            return _Client(next(self._numbers))
+
+    def _close_stream(self, client: _Client) -> None:
+        with self._lock:
+            self._open_streams -= 1
+            self._drop_client(client)
+
+    def _drop_client(self, client: _Client) -> None:
+        client.closed = True
+        client.outbox.put(_EOF)
+        if client not in self._clients:
+            return
+        self._clients.remove(client)
+        LOG.debug("%s left", client.label())
+        if client is self._primary:
+            self._primary = None
+            if self.arbitration == "promote":
+                self._primary = self._highest_live()
+            self._notify_all()
+
+    def _highest_live(self) -> _Client | None:
+        candidates = [c for c in self._clients if c.election_id is not None]
+        return max(candidates, key=lambda c: c.election_id or 0, default=None)
+
+    def _arbitrate(self, client: _Client, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        """Rules of P4Runtime spec §5.4; raises P4RuntimeFailure to end the stream."""
+        with self._lock:
+            if client.closed:
+                return
+            if update.role.name or update.role.id:
+                raise P4RuntimeFailure(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"role {update.role.name or update.role.id!r}: this switch only supports "
+                    "the default role (leave role unset)",
+                )
+            eid = u128(update.election_id) if update.HasField("election_id") else None
+            if not client.arbitrated:
+                check_device(update.device_id, self.device_id)
+            elif update.device_id != client.device_id:
+                raise P4RuntimeFailure(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"this stream is for device {client.device_id}, not {update.device_id}",
+                )
+            if eid is not None and any(
+                c is not client and c.election_id == eid for c in self._clients
+            ):
+                raise invalid(
+                    f"Election id {eid} is already used by another live controller "
+                    "for this device and role"
+                )
+            if not client.arbitrated:
+                client.arbitrated, client.device_id = True, update.device_id
+                self._clients.append(client)
+            client.election_id = eid
+            LOG.debug("%s arbitration", client.label())
+            self._elect(client)
+
+    def _elect(self, sender: _Client) -> None:
+        old = self._primary
+        eid = sender.election_id
+        if self.arbitration == "promote":
+            self._primary = self._highest_live()
+            if self._primary is not old or sender is self._primary:
+                self._notify_all()
+            else:
+                self._notify(sender)
+            return
+        # strict: primary iff election id >= the highest ever seen for this device and role
+        past = self._highest_election_id
+        if eid is not None and (past is None or eid >= past):
+            self._primary, self._highest_election_id = sender, eid
+            self._notify_all()  # others first, then the new primary
+        elif old is sender:  # the primary downgraded itself: no primary any more
+            self._primary = None
+            self._notify_all()
+        else:
+            self._notify(sender)
+
+    def _arbitration_message(self, client: _Client) -> p4runtime_pb2.StreamMessageResponse:
+        update = p4runtime_pb2.MasterArbitrationUpdate(device_id=self.device_id)
+        primary = self._primary
+        if self.arbitration == "promote":
+            shown = primary.election_id if primary is not None else None
+        else:
+            shown = self._highest_election_id
+        if shown is not None:
+            update.election_id.CopyFrom(to_u128(shown))
+        if client is primary:
+            update.status.code = grpc.StatusCode.OK.value[0]
+            update.status.message = "is primary"
+        elif primary is not None:
+            update.status.code = grpc.StatusCode.ALREADY_EXISTS.value[0]
+            update.status.message = f"is backup: the primary has election id {shown}"
+        else:
+            update.status.code = grpc.StatusCode.NOT_FOUND.value[0]
+            update.status.message = (
+                "no primary: send a MasterArbitrationUpdate with an election id "
+                + (f">= {shown}" if shown is not None else "")
+                + " to become primary"
+            )
+        return p4runtime_pb2.StreamMessageResponse(arbitration=update)
+
+    def _notify(self, client: _Client) -> None:
+        client.outbox.put(self._arbitration_message(client))
+
+    def _notify_all(self) -> None:
+        for client in self._clients:
+            if client is not self._primary:
+                self._notify(client)
+        if self._primary is not None:
+            self._notify(self._primary)
+
+    # ------------------------------------------------------------------ streams
+
+    def _stream_message(self, client: _Client, request: p4runtime_pb2.StreamMessageRequest) -> None:
+        kind = request.WhichOneof("update")
+        if kind == "arbitration":
+            self._arbitrate(client, request.arbitration)
+            return
+        error = p4runtime_pb2.StreamError(space=ERROR_SPACE)
+        with self._lock:
+            is_primary = client is self._primary
+        if kind == "packet":
+            error.packet_out.packet_out.CopyFrom(request.packet)
+            if not is_primary:
+                error.canonical_code = grpc.StatusCode.PERMISSION_DENIED.value[0]
+                error.message = "PacketOut is only accepted from the primary controller"
+            else:
+                error.canonical_code = grpc.StatusCode.UNIMPLEMENTED.value[0]
+                error.message = (
+                    "ina.p4 has no controller (CPU) port and no packet_out header: "
+                    "PacketOut is not supported; the packet was dropped"
+                )
+        elif kind == "digest_ack":
+            error.digest_list_ack.digest_list_ack.CopyFrom(request.digest_ack)
+            error.canonical_code = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+            error.message = "ina.p4 has no digests"
+        else:
+            if kind == "other":
+                error.other.other.CopyFrom(request.other)
+            else:
+                error.other.SetInParent()
+            error.canonical_code = grpc.StatusCode.UNIMPLEMENTED.value[0]
+            error.message = f"unsupported stream message {kind!r}"
+        client.outbox.put(p4runtime_pb2.StreamMessageResponse(error=error))
+
+    def stream_channel(
+        self, requests: Iterator[p4runtime_pb2.StreamMessageRequest], context: Any
+    ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
+        """Serve one StreamChannel RPC: a reader thread takes requests, this yields replies."""
+        client = self._open_stream()
+        if client is None:
+            context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
+            context.set_details(f"too many StreamChannels (at most {self.max_streams})")
+            return
+        context.add_callback(lambda: client.outbox.put(_EOF))
+
+        def read() -> None:
+            try:
+                for request in requests:
+                    if client.closed:
+                        break
+                    try:
+                        self._stream_message(client, request)
+                    except P4RuntimeFailure as failure:
+                        client.outbox.put(_Terminate(failure.code, failure.message))
+                        break
+            except Exception:  # the RPC ended under us (cancelled, server stopping)
+                LOG.debug("%s: reader ended", client.label(), exc_info=True)
+            finally:
+                client.outbox.put(_EOF)
+
+        reader = threading.Thread(target=read, name=f"p4rt-stream-{client.number}", daemon=True)
+        reader.start()
+        try:
+            while True:
+                item = client.outbox.get()
+                if item is _EOF:
+                    return
+                if isinstance(item, _Terminate):
+                    LOG.info("%s closed: %s", client.label(), item.message)
+                    context.set_code(item.code)
+                    context.set_details(item.message)
+                    return
+                assert isinstance(item, p4runtime_pb2.StreamMessageResponse)
+                yield item
+        finally:
+            self._close_stream(client)

@@ -1,0 +1,77 @@
+"""P4Runtime values: bytestrings, 128-bit election ids, and the failure a refused request raises.
+
+The bottom layer of the softswitch's P4Runtime server (softswitch/p4runtime_server.py); it knows
+nothing of the P4Info or the pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from finsy.proto.p4.v1 import p4runtime_pb2
+
+from inaemu.softswitch.state import StateError
+
+__all__ = [
+    "ERROR_SPACE",
+    "P4RuntimeFailure",
+    "decode_bytes",
+    "encode_bytes",
+    "from_state_error",
+    "invalid",
+    "to_u128",
+    "u128",
+]
+
+ERROR_SPACE = "inaemu-softswitch-v1model"  # the `space` of the p4runtime Errors we send
+
+
+class P4RuntimeFailure(Exception):
+    """A request (or one update of a batch) refused with a gRPC status code."""
+
+    def __init__(self, code: Any, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> P4RuntimeFailure:
+    """An INVALID_ARGUMENT failure."""
+    return P4RuntimeFailure(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def from_state_error(err: StateError) -> P4RuntimeFailure:
+    """The failure for a change the pipeline state refused (its error names the status code)."""
+    return P4RuntimeFailure(grpc.StatusCode[err.code], str(err))
+
+
+# ---------------------------------------------------------------------- bytestrings
+
+
+def decode_bytes(value: bytes, bitwidth: int, what: str) -> int:
+    """A P4Runtime bytestring (canonical or with leading zeros) that must fit `bitwidth` bits."""
+    if not value:
+        raise invalid(f"{what}: empty bytestring; send at least one byte")
+    number = int.from_bytes(value, "big")
+    if number >> bitwidth:
+        raise invalid(
+            f"{what}: value {number:#x} does not fit in {bitwidth} bits "
+            f"(maximum {(1 << bitwidth) - 1:#x})"
+        )
+    return number
+
+
+def encode_bytes(value: int) -> bytes:
+    """The canonical bytestring of a non-negative integer (the shortest, at least one byte)."""
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def u128(value: p4runtime_pb2.Uint128) -> int:
+    """The integer of a P4Runtime Uint128 (election ids)."""
+    return (value.high << 64) | value.low
+
+
+def to_u128(value: int) -> p4runtime_pb2.Uint128:
+    """The P4Runtime Uint128 of a non-negative integer below 2**128."""
+    return p4runtime_pb2.Uint128(high=value >> 64, low=value & 0xFFFFFFFFFFFFFFFF)
