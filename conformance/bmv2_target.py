@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from inaemu.conformance.pcap import read_pcap, write_pcap
 from inaemu.conformance.stf import (
     AddEntry,
     CaseResult,
@@ -43,6 +44,9 @@ from inaemu.p4.info import P4Info, load_p4info
 
 TOOLS = ("p4c-bm2-ss", "simple_switch", "simple_switch_CLI")
 START_WAIT_S = 8  # --use-files: seconds before bmv2 starts reading the input pcaps
+# Egress queue depth in packets. bmv2's default, 64, silently drops a burst that a case
+# replicates onto one port; a switch's buffer holds far more.
+QUEUE_DEPTH = 100_000
 
 
 def bmv2_available() -> str | None:
@@ -51,11 +55,19 @@ def bmv2_available() -> str | None:
     return f"not on PATH: {', '.join(missing)}" if missing else None
 
 
+def default_build_dir() -> Path:
+    """p4/build in a source tree; a per-user cache when the package is installed read-only."""
+    if os.access(P4_DIR, os.W_OK):
+        return P4_DIR / "build"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "inaemu" / "p4-build"
+
+
 def compile_p4(build_dir: Path | None = None) -> Path:
     """Compile p4/ina.p4 with p4c-bm2-ss (cached by source hash); return the bmv2 JSON."""
     sources = [P4_DIR / "ina.p4", *sorted((P4_DIR / "include").glob("*.p4"))]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
-    build = build_dir or P4_DIR / "build"
+    build = build_dir or default_build_dir()
     build.mkdir(parents=True, exist_ok=True)
     out = build / f"ina-{digest}.json"
     if not out.exists():
@@ -77,6 +89,26 @@ def compile_p4(build_dir: Path | None = None) -> Path:
     return out
 
 
+# simple_switch_CLI's `counter_read` answers, in the two formats bmv2 has printed:
+#   InaIngress.agg.ina_events[0]= BmCounterValue(packets=1, bytes=100)   (bmv2 <= 1.14)
+#   InaIngress.agg.ina_events[0]= (100 bytes, 1 packets)                  (bmv2 1.15)
+_COUNTER_READ = re.compile(
+    r"([\w.]+)\[(\d+)\]=\s*(?:"
+    r"BmCounterValue\(packets=(?P<p1>\d+),\s*bytes=(?P<b1>\d+)\)"
+    r"|\((?P<b2>\d+) bytes,\s*(?P<p2>\d+) packets\))"
+)
+
+
+def parse_counter_reads(out: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """{(counter, index): (packets, bytes)} from simple_switch_CLI counter_read output."""
+    values: dict[tuple[str, int], tuple[int, int]] = {}
+    for m in _COUNTER_READ.finditer(out):
+        packets = m.group("p1") or m.group("p2")
+        nbytes = m.group("b1") or m.group("b2")
+        values[(m.group(1), int(m.group(2)))] = (int(packets), int(nbytes))
+    return values
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,9 +127,9 @@ class Bmv2Runner:
                 table = self.p4info.table(cmd.table)
                 action = self.p4info.action(cmd.action)
                 keys = [
-                    f"{value}/{plen}" if kind == "LPM" else str(value)
-                    for (value, plen), (_, _, kind) in zip(
-                        match_values(cmd, table.keys), table.keys, strict=True
+                    f"{value}/{plen}" if f.kind == "LPM" else str(value)
+                    for (value, plen), f in zip(
+                        match_values(cmd, table.fields), table.fields, strict=True
                     )
                 ]
                 args = [str(v) for v in action_args(action.name, cmd.params, action.params)]
@@ -118,9 +150,6 @@ class Bmv2Runner:
         return cmds
 
     def run(self, case: StfCase, timeout: float = 60.0) -> CaseResult:
-        from scapy.packet import Raw
-        from scapy.utils import PcapWriter, rdpcap
-
         ports = set()
         for cmd in case.commands:
             if isinstance(cmd, Packet | Expect):
@@ -130,15 +159,13 @@ class Bmv2Runner:
         ports.add(0)
         with tempfile.TemporaryDirectory(prefix="inaemu-bmv2-") as tmp:
             d = Path(tmp)
-            writers = {p: PcapWriter(str(d / f"pcap{p}_in.pcap"), sync=True) for p in ports}
-            t0 = 1_000_000.0
             packets = [c for c in case.commands if isinstance(c, Packet)]
-            for i, pkt in enumerate(packets):
-                raw = Raw(pkt.data)
-                raw.time = t0 + i * 0.001
-                writers[pkt.port].write(raw)
-            for w in writers.values():
-                w.close()
+            # strictly increasing timestamps, 1 ms apart: bmv2 merges the input files by time
+            for p in ports:
+                write_pcap(
+                    d / f"pcap{p}_in.pcap",
+                    [(1e6 + i * 1e-3, pkt.data) for i, pkt in enumerate(packets) if pkt.port == p],
+                )
             thrift = _free_port()
             argv = [
                 "simple_switch",
@@ -149,6 +176,10 @@ class Bmv2Runner:
                 "--log-file",
                 str(d / "bmv2"),
                 "--log-flush",
+                # its own nanomsg socket: the default, ipc:///tmp/bmv2-0-notifications.ipc, is
+                # shared by every simple_switch on the machine, so a second run failed to start
+                "--notifications-addr",
+                f"ipc://{d / 'notifications.ipc'}",
             ]
             for p in sorted(ports):
                 argv += ["-i", f"{p}@{d / f'pcap{p}'}"]
@@ -158,7 +189,8 @@ class Bmv2Runner:
                 proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
             try:
                 self._wait_thrift(thrift, proc, errors)
-                cli_in = "\n".join(self._cli_commands(case)) + "\n"
+                setup = [f"set_queue_depth {QUEUE_DEPTH}", *self._cli_commands(case)]
+                cli_in = "\n".join(setup) + "\n"
                 cli = subprocess.run(
                     ["simple_switch_CLI", "--thrift-port", str(thrift)],
                     input=cli_in,
@@ -180,7 +212,7 @@ class Bmv2Runner:
             for p in ports:
                 path = d / f"pcap{p}_out.pcap"
                 if path.exists() and path.stat().st_size > 24:
-                    emitted[p] = [bytes(x) for x in rdpcap(str(path))]
+                    emitted[p] = read_pcap(path)
         return compare(case, emitted, counters, len(packets))
 
     @staticmethod
@@ -226,18 +258,10 @@ class Bmv2Runner:
             capture_output=True,
             timeout=30,
         ).stdout
-        values: dict[tuple[str, int], tuple[int, int]] = {}
-        for name, index, packets, nbytes in re.findall(
-            r"([\w.]+)\[(\d+)\]=\s*BmCounterValue\(packets=(\d+), bytes=(\d+)\)", out
-        ):
-            values[(name, int(index))] = (int(packets), int(nbytes))
+        values = parse_counter_reads(out)
         return {
             (c.counter, c.index): values.get((full[c.counter], c.index), (-1, -1)) for c in checks
         }
 
     def _counter_name(self, name: str) -> str:
-        names: list[str] = [str(c.preamble.name) for c in self.p4info.message.counters]
-        found = [n for n in names if n == name or n.endswith("." + name)]
-        if len(found) != 1:
-            raise KeyError(f"no single counter named {name!r}")
-        return found[0]
+        return self.p4info.counter(name).name

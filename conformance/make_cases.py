@@ -633,6 +633,32 @@ the TTL and fixes the checksum. No route, TTL 1 and non-IPv4 frames are dropped 
     return c
 
 
+BURST = 600
+
+
+def case_burst() -> Case:
+    c = Case(
+        "burst",
+        """
+One result replicated 600 times onto one port (600 multicast nodes, replication ids 0..599):
+all 600 copies leave. bmv2's egress queues hold 64 packets by default; the bmv2 target raises
+the depth, as a switch's buffer would hold such a burst.""",
+    )
+    c.job(1, 0, base=0, pool=1, fanin=1, mgid=1)
+    c.child(1, 0, 1, 0)
+    c.to_host(1, host(1))
+    c.lines.append("mc_mgrp_create 1")
+    for rid in range(BURST):
+        c.lines.append(f"mc_node_create {rid} 1")
+        c.lines.append(f"mc_node_associate 1 {rid}")
+    pkt = Ina(host(1), SWITCH, (7, 8, 9), seq=3)
+    c.packet(1, pkt)
+    for _ in range(BURST):
+        c.expect(1, result_to(1, pkt, (7, 8, 9), contrib=1))
+    c.counter("InaEgress.counters.port_tx", 1, BURST)
+    return c
+
+
 def case_loss() -> Case:
     c = Case(
         "loss_injection",
@@ -667,6 +693,28 @@ DROP_LOSS before anything else looks at the packet).""",
     return c
 
 
+def case_count_wrap() -> Case:
+    c = Case(
+        "count_wrap",
+        """
+The per-cell count is bit<8>: it wraps at 256, exactly as in the P4. A node configured with
+fanin 0 (P4Runtime accepts it) completes on the 256th contribution, when the count wraps to 0.
+Child index 40 has no bitmap bit (1 << 40 is 0 in bit<32>), so no copy counts as a duplicate.""",
+    )
+    c.job(1, 0, base=0, pool=1, fanin=0, mgid=1)
+    c.child(1, 0, 1, 40)
+    c.to_host(1, host(1))
+    c.mcast(1, 0, [1])
+    pkt = Ina(host(1), SWITCH, (1, 2, 3), seq=5)
+    for _ in range(256):
+        c.packet(1, pkt)
+    c.expect(1, result_to(1, pkt, (256, 512, 768), contrib=256))
+    c.events(Event.CONTRIBUTION, 256)
+    c.events(Event.FIRST, 1)
+    c.events(Event.COMPLETE_ROOT, 1)
+    return c
+
+
 CASES = [
     *(case_reduce(op, n) for op in Opcode for n in (1, 4)),
     case_duplicates(),
@@ -680,6 +728,8 @@ CASES = [
     case_tree_root(),
     case_ipv4(),
     case_loss(),
+    case_count_wrap(),
+    case_burst(),
 ]
 
 

@@ -21,10 +21,8 @@ class SoftswitchTarget:
     def add_entry(self, cmd: AddEntry) -> None:
         tinfo = self.p4info.table(cmd.table)
         values: list[int] = []
-        for (value, plen), (_, _, kind) in zip(
-            match_values(cmd, tinfo.keys), tinfo.keys, strict=True
-        ):
-            values += [value, plen] if kind == "LPM" else [value]
+        for (value, plen), f in zip(match_values(cmd, tinfo.fields), tinfo.fields, strict=True):
+            values += [value, plen] if f.kind == "LPM" else [value]
         action = self._action_call(cmd.action, cmd.params)
         self.pipeline.tables[tinfo.name].insert(TableEntry(tuple(values), action))
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from inaemu.p4.info import FieldInfo, ParamInfo
+
 
 class StfError(ValueError):
     def __init__(self, path: str, line: int, message: str) -> None:
@@ -228,33 +230,35 @@ def parse_stf(text: str, name: str = "<stf>") -> StfCase:
     return case
 
 
-def match_values(cmd: AddEntry, keys: Sequence[tuple[str, int, str]]) -> list[tuple[int, int]]:
-    """The entry's key values in the table's key order, given the P4Info keys as
-    (name, bitwidth, match type): (value, prefix length), the prefix being the full width for
-    anything but an LPM key written with '*' nibbles. A key may be named by a suffix."""
+def match_values(cmd: AddEntry, fields: Sequence[FieldInfo]) -> list[tuple[int, int]]:
+    """The entry's key values in the table's key order: (value, prefix length), the prefix
+    being the full width for anything but an LPM key written with '*' nibbles. A key may be
+    named by a suffix."""
     by_name = {k.name: k for k in cmd.keys}
     out = []
-    for name, width, kind in keys:
-        key = by_name.get(name) or next((k for k in cmd.keys if name.endswith("." + k.name)), None)
+    for f in fields:
+        key = by_name.get(f.name) or next(
+            (k for k in cmd.keys if f.name.endswith("." + k.name)), None
+        )
         if key is None:
-            raise ValueError(f"{cmd.table}: missing key {name}")
-        plen = key.prefix_len if kind == "LPM" and key.prefix_len is not None else width
+            raise ValueError(f"{cmd.table}: missing key {f.name}")
+        plen = key.prefix_len if f.kind == "LPM" and key.prefix_len is not None else f.bitwidth
         out.append((key.value, plen))
     return out
 
 
 def action_args(
-    action: str, given: tuple[tuple[str, int], ...], params: Sequence[tuple[str, int]]
+    action: str, given: tuple[tuple[str, int], ...], params: Sequence[ParamInfo]
 ) -> tuple[int, ...]:
-    """The action's arguments in P4 order, given the P4Info params as (name, bitwidth);
-    every parameter must be named once and fit its width."""
+    """The action's arguments in P4 order; every parameter must be named once and fit its
+    width."""
     values = dict(given)
-    names = [n for n, _ in params]
+    names = [p.name for p in params]
     if set(values) != set(names):
         raise ValueError(f"action {action} takes {names}, got {sorted(values)}")
-    for name, width in params:
-        if not 0 <= values[name] < (1 << width):
-            raise ValueError(f"{action}: {name}={values[name]} does not fit {width} bits")
+    for p in params:
+        if not 0 <= values[p.name] < (1 << p.bitwidth):
+            raise ValueError(f"{action}: {p.name}={values[p.name]} does not fit {p.bitwidth} bits")
     return tuple(values[n] for n in names)
 
 
@@ -310,6 +314,9 @@ def run_case(case: StfCase, target: Target) -> CaseResult:
     return compare(case, emitted, counters, packets_in)
 
 
+MISSING_LISTED = 5  # missing packets listed one by one per port; the rest are counted
+
+
 def compare(
     case: StfCase,
     emitted: dict[int, list[bytes]],
@@ -341,6 +348,9 @@ def compare(
                     f"port {port}: packet #{i} differs\n  expected {exp[i].pattern}\n"
                     f"  got      {data.hex()}"
                 )
-        for i in range(len(out), len(exp)):
+        missing = range(len(out), len(exp))
+        for i in missing[:MISSING_LISTED]:
             failures.append(f"port {port}: expected packet #{i} never came: {exp[i].pattern}")
+        if len(missing) > MISSING_LISTED:
+            failures.append(f"port {port}: ... and {len(missing) - MISSING_LISTED} more never came")
     return CaseResult(failures, packets_in, sum(len(v) for v in emitted.values()))

@@ -154,14 +154,14 @@ class Controller:
         table = self.p4info.table(w.table)
         match: dict[str, Any] = {}
         values = list(w.key)
-        for name, width, kind in table.keys:
-            if kind == "LPM":
+        for f in table.fields:
+            if f.kind == "LPM":
                 value, plen = values.pop(0), values.pop(0)
-                match[name] = f"{ip_str(value)}/{plen}" if width == 32 else (value, plen)
+                match[f.name] = f"{ip_str(value)}/{plen}" if f.bitwidth == 32 else (value, plen)
             else:
-                match[name] = values.pop(0)
+                match[f.name] = values.pop(0)
         action = self.p4info.action(w.action)
-        params = {n: v for (n, _), v in zip(action.params, w.params, strict=True)}
+        params = {p.name: v for p, v in zip(action.params, w.params, strict=True)}
         return fy.P4TableEntry(
             table.name, match=fy.P4TableMatch(match), action=fy.P4TableAction(action.name, **params)
         )

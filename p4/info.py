@@ -1,36 +1,126 @@
-"""The P4Info of p4/ina.p4 (the committed p4/ina.p4info.txt), with name and id look-ups."""
+"""The one model of the P4Info: tables, actions and counters by name and by id.
+
+The controller (names from its plans) and the softswitch's P4Runtime server (ids from
+requests) both look objects up here; a refused look-up is a `P4RuntimeFailure` that carries
+the P4Runtime status code, so the server can answer it as it is and the controller can say it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any, TypeVar
 
+import grpc
 from finsy.proto.p4.config.v1 import p4info_pb2
 from google.protobuf import text_format
 
 from inaemu.p4.constants import P4INFO_PATH
 
+__all__ = [
+    "ActionInfo",
+    "CounterInfo",
+    "FieldInfo",
+    "P4Info",
+    "P4RuntimeFailure",
+    "ParamInfo",
+    "TableInfo",
+    "invalid",
+    "load_p4info",
+    "p4info_diff",
+    "parse_p4info_text",
+]
+
+MatchType = p4info_pb2.MatchField.MatchType
+
+
+class P4RuntimeFailure(Exception):
+    """A request (or one update of a batch) refused with a gRPC status code."""
+
+    def __init__(self, code: Any, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> P4RuntimeFailure:
+    """An INVALID_ARGUMENT failure."""
+    return P4RuntimeFailure(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """A match field of a table."""
+
+    id: int
+    name: str
+    bitwidth: int
+    match_type: int  # p4info MatchField.MatchType
+
+    @property
+    def kind(self) -> str:
+        """EXACT, LPM, TERNARY, ..."""
+        return str(MatchType.Name(self.match_type))
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """A parameter of an action."""
+
+    id: int
+    name: str
+    bitwidth: int
+
 
 @dataclass(frozen=True)
 class ActionInfo:
+    """An action and its parameters in P4 order."""
+
     id: int
     name: str  # fully qualified, e.g. InaIngress.agg.agg_node
     alias: str
-    params: tuple[tuple[str, int], ...]  # (name, bitwidth) in P4 order
+    params: tuple[ParamInfo, ...]
 
 
 @dataclass(frozen=True)
 class TableInfo:
+    """A table: its match fields, the actions it may hold, its defaults and direct counter."""
+
     id: int
     name: str
     alias: str
-    keys: tuple[tuple[str, int, str], ...]  # (name, bitwidth, EXACT|LPM|...)
-    action_ids: tuple[int, ...]
+    fields: tuple[FieldInfo, ...]
+    scopes: Mapping[int, int]  # action id -> ActionRef.Scope
+    const_default_id: int
+    initial_default: p4info_pb2.TableActionCall
+    direct_counter_id: int
     size: int
 
 
+@dataclass(frozen=True)
+class CounterInfo:
+    """An indexed counter."""
+
+    id: int
+    name: str
+    alias: str
+    size: int
+
+
+_Info = TypeVar("_Info", TableInfo, ActionInfo, CounterInfo)
+
+
 class P4Info:
+    """The objects of a P4Info by id and by name.
+
+    Look-ups by id (what a P4Runtime request carries) and by name (fully qualified, alias, or
+    a unique dotted suffix such as `ina_job`) refuse unknown objects with a `P4RuntimeFailure`
+    whose status is the one the P4Runtime spec asks for (INVALID_ARGUMENT for an id) or
+    NOT_FOUND (for a name), and whose message lists what the P4Info has.
+    """
+
     def __init__(self, message: p4info_pb2.P4Info) -> None:
         self.message = message
         self.actions: dict[int, ActionInfo] = {
@@ -38,41 +128,95 @@ class P4Info:
                 a.preamble.id,
                 a.preamble.name,
                 a.preamble.alias,
-                tuple((p.name, p.bitwidth) for p in a.params),
+                tuple(ParamInfo(p.id, p.name, p.bitwidth) for p in a.params),
             )
             for a in message.actions
+        }
+        direct = {d.direct_table_id: d.preamble.id for d in message.direct_counters}
+        self.direct_counters: dict[int, int] = {
+            d.preamble.id: d.direct_table_id for d in message.direct_counters
         }
         self.tables: dict[int, TableInfo] = {
             t.preamble.id: TableInfo(
                 t.preamble.id,
                 t.preamble.name,
                 t.preamble.alias,
-                tuple(
-                    (m.name, m.bitwidth, p4info_pb2.MatchField.MatchType.Name(m.match_type))
-                    for m in t.match_fields
-                ),
-                tuple(r.id for r in t.action_refs),
+                tuple(FieldInfo(m.id, m.name, m.bitwidth, m.match_type) for m in t.match_fields),
+                {r.id: r.scope for r in t.action_refs},
+                t.const_default_action_id,
+                t.initial_default_action,
+                direct.get(t.preamble.id, 0),
                 t.size,
             )
             for t in message.tables
         }
+        self.counters: dict[int, CounterInfo] = {
+            c.preamble.id: CounterInfo(c.preamble.id, c.preamble.name, c.preamble.alias, c.size)
+            for c in message.counters
+        }
+        self.registers: set[int] = {r.preamble.id for r in message.registers}
+        self.other_ids: dict[str, set[int]] = {
+            kind: {o.preamble.id for o in getattr(message, kind)}
+            for kind in ("meters", "direct_meters", "action_profiles", "digests", "value_sets")
+        }
 
-    @staticmethod
-    def _find(items: dict[int, ActionInfo] | dict[int, TableInfo], name: str, kind: str) -> int:
-        exact = [i for i, o in items.items() if name in (o.name, o.alias)]
-        if len(exact) == 1:
-            return exact[0]
-        suffix = [i for i, o in items.items() if o.name.endswith("." + name)]
-        if len(suffix) == 1:
-            return suffix[0]
-        known = ", ".join(sorted(o.name for o in items.values()))
-        raise KeyError(f"no single {kind} named {name!r}; known: {known}")
+    # ------------------------------------------------------------------ look-ups
 
-    def table(self, name: str) -> TableInfo:
-        return self.tables[self._find(self.tables, name, "table")]
+    def table(self, key: int | str) -> TableInfo:
+        return _look_up(self.tables, key, "table")
 
-    def action(self, name: str) -> ActionInfo:
-        return self.actions[self._find(self.actions, name, "action")]
+    def action(self, key: int | str) -> ActionInfo:
+        return _look_up(self.actions, key, "action")
+
+    def counter(self, key: int | str) -> CounterInfo:
+        return _look_up(self.counters, key, "counter")
+
+    def direct_table(self, table_id: int, what: str) -> TableInfo:
+        """The table `table_id`, which must have a direct counter (`what` names the request)."""
+        table = self.table(table_id)
+        if not table.direct_counter_id:
+            with_counter = [t.name for t in self.tables.values() if t.direct_counter_id]
+            raise invalid(
+                f"{what}: table {table.name} has no direct counter (tables with one: "
+                f"{', '.join(with_counter)})"
+            )
+        return table
+
+    def action_for_alias(self, table: TableInfo, alias: str) -> ActionInfo:
+        """The action of `table` that state names `alias` (reads turn state into ids)."""
+        for action_id in table.scopes:
+            action = self.actions[action_id]
+            if alias in (action.alias, action.name):
+                return action
+        raise P4RuntimeFailure(
+            grpc.StatusCode.INTERNAL, f"{table.name}: the pipeline holds unknown action {alias!r}"
+        )
+
+
+def _look_up(items: dict[int, _Info], key: int | str, kind: str) -> _Info:
+    if isinstance(key, int):
+        found = items.get(key)
+        if found is None:
+            raise invalid(f"unknown {kind} id {key}; the P4Info has {kind}s {_listed(items)}")
+        return found
+    exact = [o for o in items.values() if key in (o.name, o.alias)]
+    if len(exact) != 1:
+        exact = [o for o in items.values() if o.name.endswith("." + key)]
+    if len(exact) == 1:
+        return exact[0]
+    raise P4RuntimeFailure(
+        grpc.StatusCode.NOT_FOUND,
+        f"no single {kind} named {_prefix(key)}; the P4Info has {kind}s {_listed(items)}",
+    )
+
+
+def _listed(items: Mapping[int, TableInfo | ActionInfo | CounterInfo]) -> str:
+    return ", ".join(f"{o.id} ({o.name})" for o in items.values())
+
+
+def _prefix(value: str, limit: int = 80) -> str:
+    """`value` quoted, cut to `limit` characters (error messages quote bounded prefixes)."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} chars)"
 
 
 def parse_p4info_text(text: str) -> p4info_pb2.P4Info:

@@ -338,7 +338,7 @@ class Pipeline:
             else:
                 np.maximum(row, values.astype(np.int32), out=row)
             pkt[LANES_OFF:FRAME_END] = row.astype(_BE_LANES).tobytes()
-            count += 1
+            count = (count + 1) & 0xFF  # bit<8> in the P4: wraps before it meets fanin
             new_contrib = (stored_contrib + contrib) & 0xFFFF
         if overflow:
             state |= STATE_OVERFLOW
@@ -361,7 +361,7 @@ class Pipeline:
                 events.count(Event.COMPLETE_UP, length)
         else:
             consumed = True
-        r.count[cell] = count & 0xFF
+        r.count[cell] = count
         r.contrib[cell] = new_contrib
         r.state[cell] = state
         return DropReason.NONE, egress_spec, mcast_grp, consumed

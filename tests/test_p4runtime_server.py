@@ -104,7 +104,7 @@ def raw_entry(
     if action is not None:
         info = INFO.action(action)
         te.action.action.action_id = info.id
-        pids = {n: i + 1 for i, (n, _) in enumerate(info.params)}
+        pids = {p.name: p.id for p in info.params}
         for name, value in (params or {}).items():
             te.action.action.params.add(
                 param_id=pids[name],

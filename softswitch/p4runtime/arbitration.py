@@ -18,7 +18,8 @@ from typing import Any, Literal
 import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
-from inaemu.softswitch.p4runtime.values import ERROR_SPACE, P4RuntimeFailure, invalid, to_u128, u128
+from inaemu.p4.info import P4RuntimeFailure, invalid
+from inaemu.softswitch.p4runtime.values import ERROR_SPACE, to_u128, u128
 
 __all__ = ["Arbiter", "Arbitration", "check_device"]
 

@@ -13,8 +13,8 @@ import grpc
 from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2
 
-from inaemu.softswitch.p4runtime.schema import CounterInfo, Schema, TableInfo
-from inaemu.softswitch.p4runtime.values import P4RuntimeFailure, decode_bytes, encode_bytes, invalid
+from inaemu.p4.info import CounterInfo, P4Info, P4RuntimeFailure, TableInfo, invalid
+from inaemu.softswitch.p4runtime.values import decode_bytes, encode_bytes
 from inaemu.softswitch.state import ActionCall
 
 __all__ = [
@@ -115,16 +115,16 @@ def encode_match(table: TableInfo, key: tuple[int, ...]) -> list[p4runtime_pb2.F
 
 
 def parse_action(
-    schema: Schema, table: TableInfo, action_id: int, params: dict[int, bytes], default: bool
+    p4info: P4Info, table: TableInfo, action_id: int, params: dict[int, bytes], default: bool
 ) -> ActionCall:
     """The call of `action_id` with `params` (param id -> bytestring) in `table`.
 
     `default`: the call is for the default entry (scopes @defaultonly / @tableonly apply).
     """
-    action = schema.action(action_id)
+    action = p4info.action(action_id)
     scope = table.scopes.get(action_id)
     if scope is None:
-        allowed = ", ".join(schema.actions[a].name for a in table.scopes)
+        allowed = ", ".join(p4info.actions[a].name for a in table.scopes)
         raise invalid(
             f"{table.name}: action {action.name} is not an action of this table "
             f"(allowed: {allowed})"
@@ -139,23 +139,23 @@ def parse_action(
             grpc.StatusCode.PERMISSION_DENIED,
             f"{table.name}: action {action.name} is @tableonly; it cannot be the default",
         )
-    known = {pid for pid, _, _ in action.params}
+    known = {p.id for p in action.params}
     extra = sorted(set(params) - known)
     if extra:
         raise invalid(
             f"{action.name}: unknown param id(s) {extra}; params are "
-            + ", ".join(f"{pid} ({n})" for pid, n, _ in action.params)
+            + ", ".join(f"{p.id} ({p.name})" for p in action.params)
         )
     values: list[int] = []
-    for pid, pname, width in action.params:
-        if pid not in params:
-            raise invalid(f"{action.name}: param {pname} (id {pid}) is missing")
-        values.append(decode_bytes(params[pid], width, f"{action.name}: param {pname}"))
+    for p in action.params:
+        if p.id not in params:
+            raise invalid(f"{action.name}: param {p.name} (id {p.id}) is missing")
+        values.append(decode_bytes(params[p.id], p.bitwidth, f"{action.name}: param {p.name}"))
     return ActionCall(action.alias, tuple(values))
 
 
 def parse_entry_action(
-    schema: Schema, table: TableInfo, te: p4runtime_pb2.TableEntry, default: bool
+    p4info: P4Info, table: TableInfo, te: p4runtime_pb2.TableEntry, default: bool
 ) -> ActionCall:
     """The action call of a table entry (a direct action; no action profiles in ina.p4)."""
     kind = te.action.WhichOneof("type")
@@ -167,12 +167,12 @@ def parse_entry_action(
         if p.param_id in params:
             raise invalid(f"{table.name}: action param id {p.param_id} given twice")
         params[p.param_id] = p.value
-    return parse_action(schema, table, action.action_id, params, default)
+    return parse_action(p4info, table, action.action_id, params, default)
 
 
-def encode_action(schema: Schema, table: TableInfo, call: ActionCall) -> p4runtime_pb2.Action:
+def encode_action(p4info: P4Info, table: TableInfo, call: ActionCall) -> p4runtime_pb2.Action:
     """The P4Runtime action of a call the pipeline holds."""
-    action = schema.action_for_alias(table, call.name)
+    action = p4info.action_for_alias(table, call.name)
     if len(call.params) != len(action.params):
         raise P4RuntimeFailure(
             grpc.StatusCode.INTERNAL, f"{table.name}: bad parameters for {action.name}"
@@ -180,8 +180,8 @@ def encode_action(schema: Schema, table: TableInfo, call: ActionCall) -> p4runti
     return p4runtime_pb2.Action(
         action_id=action.id,
         params=[
-            p4runtime_pb2.Action.Param(param_id=pid, value=encode_bytes(value))
-            for (pid, _, _), value in zip(action.params, call.params, strict=True)
+            p4runtime_pb2.Action.Param(param_id=p.id, value=encode_bytes(value))
+            for p, value in zip(action.params, call.params, strict=True)
         ],
     )
 

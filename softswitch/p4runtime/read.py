@@ -12,13 +12,14 @@ from collections.abc import Iterable
 import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
+from inaemu.p4.info import P4RuntimeFailure, invalid
 from inaemu.softswitch.p4runtime.codec import (
     encode_action,
     encode_match,
     parse_counter_index,
     parse_match,
 )
-from inaemu.softswitch.p4runtime.values import P4RuntimeFailure, encode_bytes, invalid
+from inaemu.softswitch.p4runtime.values import encode_bytes
 from inaemu.softswitch.p4runtime.write import ForwardingState, GroupCache
 
 __all__ = ["read_entities"]
@@ -82,13 +83,13 @@ def _read_entity(
 def _read_table_entries(
     state: ForwardingState, te: p4runtime_pb2.TableEntry
 ) -> list[p4runtime_pb2.Entity]:
-    schema = state.schema
+    p4info = state.p4info
     if te.table_id == 0:
         if te.match or te.priority or te.HasField("action") or te.metadata:
             raise invalid("a read of all tables (table_id 0) takes no other filter")
-        tables = list(schema.tables.values())
+        tables = list(p4info.tables.values())
     else:
-        tables = [schema.table(te.table_id)]
+        tables = [p4info.table(te.table_id)]
     out: list[p4runtime_pb2.Entity] = []
     if te.is_default_action:
         if te.match:
@@ -99,7 +100,7 @@ def _read_table_entries(
                 table_id=table.id,
                 is_default_action=True,
                 action=p4runtime_pb2.TableAction(
-                    action=encode_action(schema, table, tstate.default)
+                    action=encode_action(p4info, table, tstate.default)
                 ),
             )
             meta = state.entry_meta.get((table.name, None))
@@ -123,7 +124,7 @@ def _read_table_entries(
                 table_id=table.id,
                 match=encode_match(table, state_entry.key),
                 action=p4runtime_pb2.TableAction(
-                    action=encode_action(schema, table, state_entry.action)
+                    action=encode_action(p4info, table, state_entry.action)
                 ),
             )
             if action_filter and entry.action.action.action_id != action_filter:
@@ -148,9 +149,9 @@ def _read_counters(
     if ce.counter_id == 0:
         if ce.HasField("index"):
             raise invalid("CounterEntry: an index needs a counter_id")
-        counters = list(state.schema.counters.values())
+        counters = list(state.p4info.counters.values())
     else:
-        counters = [state.schema.counter(ce.counter_id)]
+        counters = [state.p4info.counter(ce.counter_id)]
     out: list[p4runtime_pb2.Entity] = []
     for counter in counters:
         index = parse_counter_index(counter, ce)
@@ -177,9 +178,9 @@ def _read_direct_counters(
     if te.table_id == 0:
         if te.match:
             raise invalid("DirectCounterEntry: match fields need a table_id")
-        tables = [t for t in state.schema.tables.values() if t.direct_counter_id]
+        tables = [t for t in state.p4info.tables.values() if t.direct_counter_id]
     else:
-        tables = [state.schema.direct_table(te.table_id, "DirectCounterEntry")]
+        tables = [state.p4info.direct_table(te.table_id, "DirectCounterEntry")]
     out: list[p4runtime_pb2.Entity] = []
     for table in tables:
         entries = state.pipeline.tables[table.name].entries

@@ -9,7 +9,7 @@ the server with finsy or p4runtime-shell.
     with P4RuntimeServer(pipeline, address="127.0.0.1:0") as server:
         print(server.port)
 
-or from a shell: `python -m softswitch.p4runtime_server --address 127.0.0.1:9559`.
+or from a shell: `python -m inaemu.softswitch.p4runtime.server --address 127.0.0.1:9559`.
 
 Concurrency: gRPC handlers run on a thread pool. Arbitration and configuration state is guarded
 by the server's own lock; every read or change of data-plane state happens under
@@ -17,10 +17,10 @@ by the server's own lock; every read or change of data-plane state happens under
 respect to packets going through `pipeline.process()`.
 
 This module is the server (lifecycle, request checks, pipeline config, the gRPC servicer, the
-command line); the work is done in: p4rt_values.py (bytestrings, `P4RuntimeFailure`),
-p4rt_schema.py (the P4Info's ids), p4rt_codec.py (messages to and from table state),
-p4rt_write.py and p4rt_read.py (Write and Read on the pipeline), p4rt_arbitration.py
-(StreamChannels and the primary controller).
+command line); the work is done beside it: values.py (bytestrings, election ids),
+codec.py (messages to and from table state), write.py and read.py (Write and Read on the
+pipeline), arbitration.py (StreamChannels and the primary controller). The P4Info's objects and
+the `P4RuntimeFailure` a refused request raises come from `inaemu.p4.info`.
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from google.protobuf import any_pb2
 
-from inaemu.p4.info import load_p4info, p4info_diff
+from inaemu.p4.info import P4Info, P4RuntimeFailure, invalid, load_p4info, p4info_diff
 from inaemu.softswitch.p4runtime.arbitration import Arbiter, Arbitration, check_device
 from inaemu.softswitch.p4runtime.read import read_entities
-from inaemu.softswitch.p4runtime.schema import Schema
-from inaemu.softswitch.p4runtime.values import ERROR_SPACE, P4RuntimeFailure, invalid
+from inaemu.softswitch.p4runtime.values import ERROR_SPACE
 from inaemu.softswitch.p4runtime.values import decode_bytes as decode_bytes  # re-exported
 from inaemu.softswitch.p4runtime.values import encode_bytes as encode_bytes  # re-exported
 from inaemu.softswitch.p4runtime.write import ForwardingState, clear_forwarding_state, write_updates
@@ -108,7 +107,7 @@ class P4RuntimeServer:
         self.arbitration: Arbitration = arbitration
         self.max_streams = max_streams
         self._committed = load_p4info().message
-        self._forwarding = ForwardingState(pipeline, Schema(self._committed))
+        self._forwarding = ForwardingState(pipeline, P4Info(self._committed))
         self._lock = threading.RLock()
         self._config: _Config | None = None
         self._saved_uncommitted = False

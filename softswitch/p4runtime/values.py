@@ -1,4 +1,4 @@
-"""P4Runtime values: bytestrings, 128-bit election ids, and the failure a refused request raises.
+"""P4Runtime values: bytestrings, 128-bit election ids, and state errors as P4Runtime failures.
 
 The bottom layer of the softswitch's P4Runtime server (softswitch/p4runtime_server.py); it knows
 nothing of the P4Info or the pipeline.
@@ -6,39 +6,22 @@ nothing of the P4Info or the pipeline.
 
 from __future__ import annotations
 
-from typing import Any
-
 import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
+from inaemu.p4.info import P4RuntimeFailure, invalid
 from inaemu.softswitch.state import StateError
 
 __all__ = [
     "ERROR_SPACE",
-    "P4RuntimeFailure",
     "decode_bytes",
     "encode_bytes",
     "from_state_error",
-    "invalid",
     "to_u128",
     "u128",
 ]
 
 ERROR_SPACE = "inaemu-softswitch-v1model"  # the `space` of the p4runtime Errors we send
-
-
-class P4RuntimeFailure(Exception):
-    """A request (or one update of a batch) refused with a gRPC status code."""
-
-    def __init__(self, code: Any, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def invalid(message: str) -> P4RuntimeFailure:
-    """An INVALID_ARGUMENT failure."""
-    return P4RuntimeFailure(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
 def from_state_error(err: StateError) -> P4RuntimeFailure:

@@ -19,6 +19,7 @@ from finsy.proto.p4.v1 import p4runtime_pb2
 
 from inaemu.hostlib.wire import MAX_FANIN
 from inaemu.p4.constants import DROP_PORT
+from inaemu.p4.info import P4Info, P4RuntimeFailure, TableInfo, invalid
 from inaemu.softswitch.p4runtime.codec import (
     parse_action,
     parse_counter_data,
@@ -26,13 +27,7 @@ from inaemu.softswitch.p4runtime.codec import (
     parse_entry_action,
     parse_match,
 )
-from inaemu.softswitch.p4runtime.schema import Schema, TableInfo
-from inaemu.softswitch.p4runtime.values import (
-    P4RuntimeFailure,
-    decode_bytes,
-    from_state_error,
-    invalid,
-)
+from inaemu.softswitch.p4runtime.values import decode_bytes, from_state_error
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, ExactTable, StateError, TableEntry
 
@@ -69,7 +64,7 @@ class ForwardingState:
     """
 
     pipeline: Pipeline
-    schema: Schema
+    p4info: P4Info
     entry_meta: dict[tuple[str, tuple[int, ...] | None], tuple[bytes, int]] = field(
         default_factory=dict
     )
@@ -123,7 +118,7 @@ def clear_forwarding_state(state: ForwardingState) -> None:
     """Back to a fresh device: no entries or groups, P4 defaults, registers and counters zeroed."""
     p = state.pipeline
     with p.lock:
-        for table in state.schema.tables.values():
+        for table in state.p4info.tables.values():
             tstate = p.tables[table.name]
             tstate.entries.clear()
             tstate.default = _initial_default(state, table)
@@ -195,7 +190,7 @@ def _check_semantics(state: ForwardingState, call: ActionCall) -> None:
 def _entry_action(
     state: ForwardingState, table: TableInfo, te: p4runtime_pb2.TableEntry, default: bool
 ) -> ActionCall:
-    call = parse_entry_action(state.schema, table, te, default)
+    call = parse_entry_action(state.p4info, table, te, default)
     _check_semantics(state, call)
     return call
 
@@ -203,7 +198,7 @@ def _entry_action(
 def _initial_default(state: ForwardingState, table: TableInfo) -> ActionCall:
     """The default action the P4 program gives `table`."""
     params = {a.param_id: a.value for a in table.initial_default.arguments}
-    call = parse_action(state.schema, table, table.initial_default.action_id, params, True)
+    call = parse_action(state.p4info, table, table.initial_default.action_id, params, True)
     _check_semantics(state, call)
     return call
 
@@ -230,7 +225,7 @@ def _check_table_entry_fields(table: TableInfo, te: p4runtime_pb2.TableEntry) ->
 def _write_table_entry(state: ForwardingState, utype: int, te: p4runtime_pb2.TableEntry) -> Undo:
     if te.table_id == 0:
         raise invalid("table_id 0 (wildcard) is only valid in a read")
-    table = state.schema.table(te.table_id)
+    table = state.p4info.table(te.table_id)
     _check_table_entry_fields(table, te)
     tstate = state.pipeline.tables[table.name]
     meta = (te.metadata, te.controller_metadata)
@@ -313,7 +308,7 @@ def _write_default(
     if te.match:
         raise invalid(f"{table.name}: a default entry has no match fields")
     if table.const_default_id:
-        const = state.schema.actions[table.const_default_id].name
+        const = state.p4info.actions[table.const_default_id].name
         raise P4RuntimeFailure(
             grpc.StatusCode.PERMISSION_DENIED,
             f"{table.name}: the default action is const ({const}) and cannot be modified",
@@ -425,7 +420,7 @@ def _write_counter(state: ForwardingState, utype: int, ce: p4runtime_pb2.Counter
         raise invalid("CounterEntry: only MODIFY is allowed")
     if ce.counter_id == 0:
         raise invalid("CounterEntry: counter_id 0 (wildcard) is only valid in a read")
-    counter = state.schema.counter(ce.counter_id)
+    counter = state.p4info.counter(ce.counter_id)
     index = parse_counter_index(counter, ce)
     cstate = state.pipeline.counters[counter.name]
     if not ce.HasField("data"):
@@ -447,7 +442,7 @@ def _write_direct_counter(
 ) -> Undo:
     if utype != UpdateType.MODIFY:
         raise invalid("DirectCounterEntry: only MODIFY is allowed")
-    table = state.schema.direct_table(dce.table_entry.table_id, "DirectCounterEntry")
+    table = state.p4info.direct_table(dce.table_entry.table_id, "DirectCounterEntry")
     if dce.table_entry.is_default_action:
         raise invalid(f"{table.name}: the default entry has no direct counter here")
     key = parse_match(table, dce.table_entry.match)

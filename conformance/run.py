@@ -1,0 +1,179 @@
+"""`inaemu conformance`: run the packet-level conformance cases against a switch.
+
+    inaemu conformance                              # every shipped case, on the softswitch
+    inaemu conformance --target bmv2                # ... on simple_switch (p4c-bm2-ss compiles)
+    inaemu conformance --target all -k sum_ -k tree_
+    inaemu conformance --cases my_cases/ --target bmv2 --json build/ina.json
+
+Prints one row per case and target, then what failed. Exit status: 0 when every case passed,
+1 when any failed, 2 when the cases or the target cannot be had (the message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from inaemu.conformance.bmv2_target import Bmv2Runner, bmv2_available, compile_p4
+from inaemu.conformance.softswitch_target import SoftswitchTarget
+from inaemu.conformance.stf import CaseResult, StfCase, StfError, load_stf, run_case
+
+CASES_DIR = Path(__file__).resolve().parent / "cases"
+TARGETS = ("softswitch", "bmv2")
+FAILURES_SHOWN = 8  # failure lines printed per failed case
+BMV2_PARALLEL = 4  # simple_switch processes at once (each has its own ports and sockets)
+
+
+class ConformanceError(Exception):
+    """The run cannot start (no cases, no bmv2, a case that does not parse)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    target: str
+    result: CaseResult | None  # None: the target failed to run the case
+    seconds: float
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.ok
+
+
+def find_cases(paths: Sequence[Path], names: Sequence[str]) -> list[Path]:
+    """The .stf files under `paths` (files or folders) whose name contains one of `names`."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(path.glob("*.stf"))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ConformanceError(f"{path}: no such file or folder")
+    if names:
+        found = [p for p in found if any(n in p.stem for n in names)]
+    if not found:
+        where = ", ".join(str(p) for p in paths)
+        raise ConformanceError(
+            f"no .stf cases in {where}" + (f" matching {names}" if names else "")
+        )
+    return found
+
+
+def _runner(target: str, json_path: Path | None) -> Callable[[StfCase], CaseResult]:
+    if target == "softswitch":
+        return lambda case: run_case(case, SoftswitchTarget())
+    missing = bmv2_available()
+    if missing is not None:
+        raise ConformanceError(
+            f"bmv2 target: {missing} (install p4c and bmv2, e.g. "
+            "`bash ../shared/p4-toolchain/install.sh`, then put /opt/p4/bin on PATH)"
+        )
+    if json_path is None:
+        try:
+            json_path = compile_p4()
+        except subprocess.CalledProcessError as exc:
+            raise ConformanceError(f"p4c-bm2-ss failed:\n{exc.stderr.strip()[:2000]}") from None
+    elif not json_path.is_file():
+        raise ConformanceError(f"--json {json_path}: no such file")
+    runner = Bmv2Runner(json_path)
+    return runner.run
+
+
+def run(cases: Sequence[Path], targets: Sequence[str], json_path: Path | None) -> list[Row]:
+    """Every case on every target; bmv2 runs BMV2_PARALLEL cases at once (each simple_switch
+    spends most of a case waiting), the in-process softswitch one at a time."""
+    try:
+        parsed = [(p.stem, load_stf(p)) for p in cases]
+    except StfError as exc:
+        raise ConformanceError(str(exc)) from None
+    runners = {t: _runner(t, json_path) for t in targets}
+    print(HEADER, flush=True)
+    rows: list[Row] = []
+    for target, runner in runners.items():
+        workers = BMV2_PARALLEL if target == "bmv2" else 1
+        with ThreadPoolExecutor(workers) as pool:
+            for row in pool.map(partial(_run_one, target, runner), parsed):
+                rows.append(row)
+                print(_format_row(row), flush=True)
+    return rows
+
+
+def _run_one(
+    target: str, runner: Callable[[StfCase], CaseResult], named: tuple[str, StfCase]
+) -> Row:
+    name, case = named
+    started = time.monotonic()
+    try:
+        return Row(name, target, runner(case), time.monotonic() - started)
+    except Exception as exc:  # a target that breaks is a failed row, not a traceback
+        return Row(name, target, None, time.monotonic() - started, f"{type(exc).__name__}: {exc}")
+
+
+def _format_row(row: Row) -> str:
+    verdict = "pass" if row.ok else "FAIL"
+    packets = (
+        f"{row.result.packets_in:>6} {row.result.packets_out:>6}"
+        if row.result is not None
+        else f"{'-':>6} {'-':>6}"
+    )
+    return f"{row.case:<22} {row.target:<11} {verdict:<5} {packets} {row.seconds:>7.2f}"
+
+
+HEADER = f"{'case':<22} {'target':<11} {'':<5} {'in':>6} {'out':>6} {'seconds':>7}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="inaemu conformance", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    ap.add_argument(
+        "--target", choices=(*TARGETS, "all"), default="softswitch", help="default %(default)s"
+    )
+    ap.add_argument(
+        "--cases",
+        type=Path,
+        action="append",
+        help=f"a .stf file or a folder of them (repeatable; default {CASES_DIR})",
+    )
+    ap.add_argument(
+        "-k", dest="names", action="append", default=[], help="only cases whose name contains"
+    )
+    ap.add_argument("--json", type=Path, help="bmv2 JSON to run (default: compile p4/ina.p4)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    targets = TARGETS if args.target == "all" else (args.target,)
+    try:
+        cases = find_cases(args.cases or [CASES_DIR], args.names)
+        rows = run(cases, targets, args.json)
+    except ConformanceError as exc:
+        print(f"inaemu conformance: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("inaemu conformance: interrupted", file=sys.stderr)
+        return 130
+    failed = [r for r in rows if not r.ok]
+    for row in failed:
+        print(f"\n{row.case} on {row.target}:")
+        lines = [row.error] if row.result is None else row.result.failures
+        for line in lines[:FAILURES_SHOWN]:
+            print(f"  {line[:300]}")
+        if len(lines) > FAILURES_SHOWN:
+            print(f"  ... {len(lines) - FAILURES_SHOWN} more")
+    print(f"\n{len(rows) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
