@@ -23,10 +23,24 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import finsy as fy
+
 from inaemu.controller.demo import DemoOptions, main_demo
 from inaemu.controller.jobs import JobError, JobSpec
+from inaemu.controller.model import loss_threshold
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
-from inaemu.controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
+from inaemu.controller.topology import (
+    Integer,
+    Items,
+    Record,
+    Text,
+    Topology,
+    TopologyError,
+    fat_tree,
+    leaf_spine,
+    read_json,
+    star,
+)
 
 
 def _ports(text: str) -> list[int]:
@@ -39,77 +53,135 @@ def _state_path(args: argparse.Namespace) -> Path:
     return Path(args.state) if args.state else Path(str(args.topology) + ".jobs.json")
 
 
+_STATE_SCHEMA = Record(
+    {
+        "jobs": Items(
+            Record(
+                {
+                    "job_id": Integer(0, 2**16 - 1),
+                    "workers": Items(Text(), "worker #{}".format),
+                    "pool_size": Integer(1, 2**32 - 1),
+                    "n_trees": Integer(1, 2**32 - 1),
+                    "roots": Items(Text(), "root #{}".format),
+                },
+                frozenset({"job_id", "workers", "pool_size", "n_trees"}),
+            ),
+            "job #{}".format,
+            in_place=True,
+        )
+    },
+    frozenset({"jobs"}),
+)
+
+
 def _load_specs(path: Path) -> list[JobSpec]:
     if not path.exists():
         return []
     try:
-        raw = json.loads(path.read_text())
-        return [
-            JobSpec(
-                j["job_id"],
-                tuple(j["workers"]),
-                j["pool_size"],
-                j["n_trees"],
-                tuple(j.get("roots", ())),
-            )
-            for j in raw["jobs"]
-        ]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ControllerError(
-            f"{path}: unreadable job state ({exc}); delete it if the switches were restarted"
-        ) from None
+        raw = read_json(path, "job state file")
+        _STATE_SCHEMA(raw, (str(path),))
+    except TopologyError as exc:
+        raise ControllerError(f"{exc}; delete it if the switches were restarted") from None
+    return [
+        JobSpec(
+            j["job_id"],
+            tuple(j["workers"]),
+            j["pool_size"],
+            j["n_trees"],
+            tuple(j.get("roots", ())),
+        )
+        for j in raw["jobs"]
+    ]
 
 
 def _save_specs(path: Path, specs: list[JobSpec]) -> None:
-    path.write_text(
-        json.dumps(
-            {
-                "jobs": [
-                    {
-                        "job_id": s.job_id,
-                        "workers": list(s.workers),
-                        "pool_size": s.pool_size,
-                        "n_trees": s.n_trees,
-                        "roots": list(s.roots),
-                    }
-                    for s in specs
-                ]
-            },
-            indent=2,
-        )
-        + "\n"
+    text = json.dumps(
+        {
+            "jobs": [
+                {
+                    "job_id": s.job_id,
+                    "workers": list(s.workers),
+                    "pool_size": s.pool_size,
+                    "n_trees": s.n_trees,
+                    "roots": list(s.roots),
+                }
+                for s in specs
+            ]
+        },
+        indent=2,
     )
+    try:
+        path.write_text(text + "\n")
+    except OSError as exc:
+        raise ControllerError(
+            f"{path}: cannot save the job state ({exc.strerror or exc}); the switches have "
+            "the change, but later commands will not know it: use --state to choose a "
+            "writable file"
+        ) from None
 
 
-async def _with_controller(
-    args: argparse.Namespace, body: Callable[[Controller, list[JobSpec]], Awaitable[None]]
-) -> None:
+def _controller(args: argparse.Namespace) -> tuple[Controller, list[JobSpec]]:
+    """The topology, the installed jobs and a controller that knows them, not connected:
+    bad input is refused before any switch is touched."""
     topo = Topology.load(args.topology)
-    specs = _load_specs(_state_path(args))
+    path = _state_path(args)
+    specs = _load_specs(path)
     files = PipelineFiles()
     if args.device_config:
-        files = PipelineFiles(device_config=Path(args.device_config))
+        config = Path(args.device_config)
+        if not config.exists():
+            raise ControllerError(
+                f"--device-config {config}: no such file (build bmv2's JSON with "
+                "`make -C p4`, or leave the option out for softswitches)"
+            )
+        if not config.is_file():
+            raise ControllerError(f"--device-config {config}: is not a file")
+        files = PipelineFiles(device_config=config)
     ctl = Controller(topo, pipeline=files)
     for spec in specs:  # replay: the same plans, nothing written
-        ctl.jobs.commit_add(ctl.jobs.plan_add(spec))
-    await ctl.connect()
-    try:
-        await body(ctl, specs)
-    finally:
-        await ctl.close()
+        try:
+            ctl.jobs.commit_add(ctl.jobs.plan_add(spec))
+        except JobError as exc:
+            raise ControllerError(
+                f"{path}: job {spec.job_id} does not fit the topology ({exc}); "
+                "delete the file if the switches were restarted"
+            ) from None
+    return ctl, specs
+
+
+def _run(
+    ctl: Controller,
+    specs: list[JobSpec],
+    body: Callable[[Controller, list[JobSpec]], Awaitable[None]],
+) -> None:
+    async def connected() -> None:
+        await ctl.connect()
+        try:
+            await body(ctl, specs)
+        finally:
+            await ctl.close()
+
+    asyncio.run(connected())
+
+
+def _with_controller(
+    args: argparse.Namespace, body: Callable[[Controller, list[JobSpec]], Awaitable[None]]
+) -> None:
+    _run(*_controller(args), body)
 
 
 def cmd_job(args: argparse.Namespace) -> None:
+    spec = JobSpec(
+        args.job,
+        tuple(w.strip() for w in args.workers.split(",")),
+        args.pool,
+        args.trees,
+        tuple(args.roots.split(",")) if args.roots else (),
+    )
+
     async def body(ctl: Controller, specs: list[JobSpec]) -> None:
         path = _state_path(args)
         if args.action == "add":
-            spec = JobSpec(
-                args.job,
-                tuple(w.strip() for w in args.workers.split(",")),
-                args.pool,
-                args.trees,
-                tuple(args.roots.split(",")) if args.roots else (),
-            )
             record = await ctl.add_job(spec)
             _save_specs(path, [*specs, spec])
             for sw in record.switches:
@@ -120,18 +192,25 @@ def cmd_job(args: argparse.Namespace) -> None:
                     if sw in t
                 )
                 print(f"job {spec.job_id}: {sw} slots [{base}, {base + size}) ({roles})")
-        elif args.action == "remove":
+        else:
             await ctl.remove_job(args.job)
             _save_specs(path, [s for s in specs if s.job_id != args.job])
             print(f"job {args.job} removed")
-        else:
-            for s in specs:
-                print(
-                    f"job {s.job_id}: workers {','.join(s.workers)} pool {s.pool_size} "
-                    f"trees {s.n_trees}"
-                )
 
-    asyncio.run(_with_controller(args, body))
+    ctl, specs = _controller(args)
+    if args.action == "list":  # the state file is the answer: no switch needed
+        for s in specs:
+            print(
+                f"job {s.job_id}: workers {','.join(s.workers)} pool {s.pool_size} "
+                f"trees {s.n_trees}"
+            )
+        return
+    # plans are pure: a job that cannot be added or removed is refused before connecting
+    if args.action == "add":
+        ctl.jobs.plan_add(spec)
+    else:
+        ctl.jobs.plan_remove(args.job)
+    _run(ctl, specs, body)
 
 
 def cmd_routes(args: argparse.Namespace) -> None:
@@ -142,7 +221,7 @@ def cmd_routes(args: argparse.Namespace) -> None:
             f"{len(ctl.topology.switches)} switches"
         )
 
-    asyncio.run(_with_controller(args, body))
+    _with_controller(args, body)
 
 
 def cmd_loss(args: argparse.Namespace) -> None:
@@ -150,14 +229,20 @@ def cmd_loss(args: argparse.Namespace) -> None:
         await ctl.set_loss(args.switch, args.ports, args.probability)
         print(f"{args.switch}: loss {args.probability:.2%} on ports {args.ports}")
 
-    asyncio.run(_with_controller(args, body))
+    ctl, specs = _controller(args)
+    if args.switch not in ctl.topology.switches:
+        raise ControllerError(
+            f"unknown switch {args.switch!r}; the topology has {', '.join(ctl.topology.switches)}"
+        )
+    loss_threshold(args.probability)  # ValueError: refused before connecting
+    _run(ctl, specs, body)
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
     async def body(ctl: Controller, _: list[JobSpec]) -> None:
         print((await ctl.read_stats()).render())
 
-    asyncio.run(_with_controller(args, body))
+    _with_controller(args, body)
 
 
 def cmd_topo(args: argparse.Namespace) -> None:
@@ -168,7 +253,10 @@ def cmd_topo(args: argparse.Namespace) -> None:
     else:
         topo = fat_tree(args.k)
     if args.output:
-        topo.save(args.output)
+        try:
+            topo.save(args.output)
+        except OSError as exc:
+            raise TopologyError(f"cannot write {args.output}: {exc.strerror or exc}") from None
         print(
             f"wrote {args.output}: {len(topo.hosts)} hosts, {len(topo.switches)} switches, "
             f"{len(topo.links)} links"
@@ -281,10 +369,24 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result = args.func(args)
+    except KeyboardInterrupt:
+        print(f"\ninaemu {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (TopologyError, JobError, ControllerError, ValueError) as exc:
-        print(f"inaemu {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args.command, str(exc))
+    # expected failures the commands do not name themselves: a file or socket problem, a
+    # switch refusing a request outside the controller's own checks
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _failed(args.command, f"{where}{exc.strerror or exc}")
+    except fy.P4ClientError as exc:
+        return _failed(args.command, f"a switch refused a request ({exc.code.name}: {exc.message})")
     return int(result or 0)
+
+
+def _failed(command: str, message: str) -> int:
+    print(f"inaemu {command}: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

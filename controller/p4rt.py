@@ -225,32 +225,47 @@ class Controller:
     async def set_loss(self, switch: str, ports: Iterable[int], probability: float) -> None:
         """Drop packets arriving on `ports` with `probability` (0 removes the entries)."""
         threshold = loss_threshold(probability)
+        ports = list(ports)
         sw = self._switch(switch)
         entries = [
             self._table_entry(TableWrite(LOSS_TABLE, (p,), "set_loss", (threshold,))) for p in ports
         ]
-        await sw.delete(entries, strict=False)
-        if probability > 0:
-            await sw.insert(entries)
+        try:
+            await sw.delete(entries, strict=False)
+            if probability > 0:
+                await sw.insert(entries)
+        except fy.P4ClientError as exc:
+            raise ControllerError(
+                f"switch {switch!r} refused the loss entries for ports "
+                f"{', '.join(map(str, ports))}: {_reason(exc)}"
+            ) from None
 
     # ------------------------------------------------------------------ statistics
 
     async def read_counters(self, switch: str) -> SwitchCounters:
         sw = self._switch(switch)
         counters = SwitchCounters(switch)
-        async for entry in sw.read(fy.P4CounterEntry()):  # type: ignore[attr-defined]
-            if entry.data is not None and entry.index is not None:
-                counters.indexed[(entry.counter_id, entry.index)] = (
-                    entry.data.packet_count,
-                    entry.data.byte_count,
+        try:
+            async for entry in sw.read(fy.P4CounterEntry()):  # type: ignore[attr-defined]
+                if entry.data is not None and entry.index is not None:
+                    counters.indexed[(entry.counter_id, entry.index)] = (
+                        entry.data.packet_count,
+                        entry.data.byte_count,
+                    )
+            request = fy.P4TableEntry(CHILD_TABLE, counter_data=fy.P4CounterData())
+            async for row in sw.read(request):  # type: ignore[attr-defined]
+                if row.counter_data is None or row.match is None:
+                    continue
+                m = dict(row.match)
+                key = (int(m["job_id"]), int(m["tree_id"]), int(m["ingress_port"]))
+                counters.children[key] = (
+                    row.counter_data.packet_count,
+                    row.counter_data.byte_count,
                 )
-        request = fy.P4TableEntry(CHILD_TABLE, counter_data=fy.P4CounterData())
-        async for row in sw.read(request):  # type: ignore[attr-defined]
-            if row.counter_data is None or row.match is None:
-                continue
-            m = dict(row.match)
-            key = (int(m["job_id"]), int(m["tree_id"]), int(m["ingress_port"]))
-            counters.children[key] = (row.counter_data.packet_count, row.counter_data.byte_count)
+        except fy.P4ClientError as exc:
+            raise ControllerError(
+                f"switch {switch!r} refused to read counters: {_reason(exc)}"
+            ) from None
         return counters
 
     async def read_stats(self) -> StatsReport:
@@ -276,6 +291,9 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer in {CONNECT_TIMEOUT:.0f}s"
     if isinstance(exc, fy.P4ClientError):
+        if exc.details:  # a batch: the first update's own reason says more
+            _, err = min(exc.details.items())
+            return f"{err.canonical_code.name}: {err.message}"
         return f"{exc.code.name}: {exc.message}"
     return str(exc) or type(exc).__name__
 

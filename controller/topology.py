@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from inaemu.hostlib.wire import ip_int, mac_bytes
 
@@ -150,24 +151,54 @@ class Topology:
 
     # ------------------------------------------------------------------ validation
 
-    def validate(self) -> Topology:
+    def validate(self, *, source: str = "") -> Topology:
+        """Refuse anything a switch or a job could not use; the message starts with `source`
+        (the file) if given, names the element and says what to fix."""
+        try:
+            self._validate()
+        except TopologyError as exc:
+            raise TopologyError(f"{source}: {exc}" if source else str(exc)) from None
+        return self
+
+    def _validate(self) -> None:
+        # every field's type and range: the same check as a topology.json's
+        TOPOLOGY_SCHEMA(self.to_json(), ())
         if not self.switches:
             raise TopologyError("the topology has no switches")
-        for h in self.hosts.values():
-            try:
-                ip_int(h.ip)
-                mac_bytes(h.mac)
-            except ValueError as exc:
-                raise TopologyError(f"host {h.name!r}: {exc}") from None
-            if not 0 <= h.prefix_len <= 32:
-                raise TopologyError(f"host {h.name!r}: prefix length {h.prefix_len} not in 0..32")
         for name in self.hosts.keys() & self.switches.keys():
             raise TopologyError(f"{name!r} is both a host and a switch: rename one")
-        seen_ips: dict[str, str] = {}
+        seen_ips: dict[int, str] = {}
+        seen_macs: dict[bytes, str] = {}
         for h in self.hosts.values():
-            if h.ip in seen_ips:
-                raise TopologyError(f"hosts {seen_ips[h.ip]!r} and {h.name!r} share IP {h.ip}")
-            seen_ips[h.ip] = h.name
+            ip, mac = ip_int(h.ip), mac_bytes(h.mac)
+            if ip in seen_ips:
+                raise TopologyError(f"hosts {seen_ips[ip]!r} and {h.name!r} share IP {h.ip}")
+            if mac in seen_macs:
+                raise TopologyError(
+                    f"hosts {seen_macs[mac]!r} and {h.name!r} share MAC {h.mac}; "
+                    "give each host its own"
+                )
+            seen_ips[ip], seen_macs[mac] = h.name, h.name
+        devices: dict[tuple[str, int], str] = {}
+        for s in self.switches.values():
+            if ip_int(s.agg_ip) in seen_ips:
+                raise TopologyError(
+                    f"host {seen_ips[ip_int(s.agg_ip)]!r} has IP {s.agg_ip}, the aggregation "
+                    f"address of switch {s.name!r}; change one of them"
+                )
+            if mac_bytes(s.agg_mac) in seen_macs:
+                raise TopologyError(
+                    f"host {seen_macs[mac_bytes(s.agg_mac)]!r} has MAC {s.agg_mac}, the "
+                    f"aggregation MAC of switch {s.name!r}; change one of them"
+                )
+            if s.grpc:
+                if (s.grpc, s.device_id) in devices:
+                    raise TopologyError(
+                        f"switches {devices[(s.grpc, s.device_id)]!r} and {s.name!r} are both "
+                        f"device {s.device_id} at {s.grpc}; give each its own device_id or "
+                        "grpc address"
+                    )
+                devices[(s.grpc, s.device_id)] = s.name
         used: dict[tuple[str, int], int] = {}
         host_links: dict[str, int] = {}
         for i, lk in enumerate(self.links):
@@ -201,7 +232,6 @@ class Topology:
                     f"host {name!r} has {host_links.get(name, 0)} links; "
                     "each host needs exactly one"
                 )
-        return self
 
     # ------------------------------------------------------------------ json
 
@@ -237,67 +267,255 @@ class Topology:
 
     @classmethod
     def from_json(cls, data: Any, *, source: str = "topology") -> Topology:
-        if not isinstance(data, dict):
-            raise TopologyError(f"{source}: expected an object with hosts, switches and links")
-        unknown = set(data) - {"hosts", "switches", "links"}
-        if unknown:
-            raise TopologyError(
-                f"{source}: unknown keys {sorted(unknown)}; expected hosts, switches, links"
-            )
+        """A topology from parsed JSON: every field's type and range is checked first
+        (`TOPOLOGY_SCHEMA`), then the whole (`validate`)."""
+        TOPOLOGY_SCHEMA(data, (source,))
         topo = cls()
-        for name, spec in (data.get("hosts") or {}).items():
-            if not isinstance(spec, dict) or "ip" not in spec or "mac" not in spec:
-                raise TopologyError(f'{source}: host {name!r} needs "ip" and "mac"')
-            try:
-                topo.add_host(
-                    name, str(spec["ip"]), str(spec["mac"]), role=str(spec.get("role", "worker"))
-                )
-            except ValueError as exc:
-                raise TopologyError(f"{source}: host {name!r}: {exc}") from None
-        for name, spec in (data.get("switches") or {}).items():
-            spec = spec or {}
-            if not isinstance(spec, dict):
-                raise TopologyError(f"{source}: switch {name!r} must be an object")
-            allowed = {"grpc", "device_id", "role", "agg_ip", "agg_mac", "runtime_json", "program"}
-            extra = set(spec) - allowed
-            if extra:
-                raise TopologyError(f"{source}: switch {name!r}: unknown keys {sorted(extra)}")
-            topo.add_switch(
-                name,
-                **{
-                    k: spec[k]
-                    for k in spec
-                    if k in {"grpc", "device_id", "role", "agg_ip", "agg_mac", "program"}
-                },
-            )
-        for i, raw in enumerate(data.get("links") or []):
-            if not isinstance(raw, list) or len(raw) not in (2, 3):
-                raise TopologyError(f"{source}: link #{i} must be [end, end] or [end, end, opts]")
+        for name, spec in data.get("hosts", {}).items():
+            topo.add_host(name, spec["ip"], spec["mac"], role=spec.get("role", "worker"))
+        for name, spec in data.get("switches", {}).items():
+            topo.add_switch(name, **{k: v for k, v in spec.items() if k != "runtime_json"})
+        for raw in data.get("links", []):
             ends = []
             for e in raw[:2]:
-                m = _END.match(str(e))
+                m = _END.match(e)
                 ends.append(
-                    (m["node"], int(m["port"]))
-                    if m and m["node"] in topo.switches
-                    else (str(e), None)
+                    (m["node"], int(m["port"])) if m and m["node"] in topo.switches else (e, None)
                 )
             (a, ap), (b, bp) = ends
-            topo.links.append(Link(a, ap, b, bp, str(raw[2]) if len(raw) == 3 else ""))
-        return topo.validate()
+            topo.links.append(Link(a, ap, b, bp, raw[2] if len(raw) == 3 else ""))
+        return topo.validate(source=source)
 
     @classmethod
     def load(cls, path: str | Path) -> Topology:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TopologyError(f"{path}: no such topology file") from None
-        except json.JSONDecodeError as exc:
-            raise TopologyError(f"{path}: not valid JSON ({exc})") from None
-        return cls.from_json(data, source=str(path))
+        return cls.from_json(read_json(Path(path), "topology file"), source=str(path))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------- JSON input checks
+#
+# A small schema language for the JSON files the CLI reads (topology.json, the job state):
+# each check is a callable `(value, where)` that raises TopologyError naming where the value
+# is (`where` is a path such as ("t.json", "switch 's1'", "device_id")), what it should be
+# and what it is.
+
+Where = tuple[str, ...]
+Check = Callable[[Any, Where], None]
+
+_NAME = re.compile(r"^[A-Za-z_][\w.]*$", re.ASCII)
+_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$", re.ASCII)
+_MAC = re.compile(r"^[0-9A-Fa-f]{1,2}(:[0-9A-Fa-f]{1,2}){5}$")
+_GRPC_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:")
+
+
+def _fail(where: Where, problem: str) -> NoReturn:
+    raise TopologyError(": ".join((*where, problem)))
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _wrong(where: Where, expected: str, value: Any) -> NoReturn:
+    _fail(where, f"expected {expected}, got {_shown(value)}")
+
+
+class JsonObject(dict[str, Any]):
+    """A JSON object as `read_json` parses it; remembers the keys that appeared twice
+    (plain `json` keeps the last silently)."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> JsonObject:
+    obj = JsonObject(pairs)
+    if len(obj) != len(pairs):
+        keys = [k for k, _ in pairs]
+        obj.duplicates = tuple(dict.fromkeys(k for k in keys if keys.count(k) > 1))
+    return obj
+
+
+def _object(value: Any, where: Where, expected: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _wrong(where, expected, value)
+    for key in getattr(value, "duplicates", ()):
+        _fail(where, f'"{key}" appears twice; keep one')
+    return value
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string, optionally of a format (`valid`), described by `what`."""
+
+    what: str = "a string"
+    valid: Callable[[str], bool] | None = None
+
+    def __call__(self, value: Any, where: Where) -> None:
+        if not isinstance(value, str) or (self.valid is not None and not self.valid(value)):
+            _wrong(where, self.what, value)
+
+
+@dataclass(frozen=True)
+class Integer:
+    """An integer (not a bool, not a float) in lo..hi."""
+
+    lo: int
+    hi: int
+
+    def __call__(self, value: Any, where: Where) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or not self.lo <= value <= self.hi:
+            _wrong(where, f"an integer in {self.lo}..{self.hi}", value)
+
+
+@dataclass(frozen=True)
+class Record:
+    """An object with known keys: each checked by its own check, `required` ones present."""
+
+    fields: dict[str, Check]
+    required: frozenset[str] = frozenset()
+
+    def __call__(self, value: Any, where: Where) -> None:
+        obj = _object(value, where, "an object with " + ", ".join(self.fields))
+        for key in obj:
+            if key not in self.fields:
+                _fail(where, f"unknown key {key!r}; expected {', '.join(self.fields)}")
+        for key in self.fields:
+            if key in self.required and key not in obj:
+                _fail(where, f'"{key}" is missing')
+        for key, item in obj.items():
+            self.fields[key](item, (*where, key))
+
+
+@dataclass(frozen=True)
+class Named:
+    """An object of named entries (hosts, switches), each checked by `entry` and called
+    "<kind> '<name>'" in messages."""
+
+    kind: str
+    entry: Check
+
+    def __call__(self, value: Any, where: Where) -> None:
+        obj = _object(value, where, f"an object of {self.kind}s by name")
+        for name, item in obj.items():
+            if not _NAME.match(name):
+                _wrong(
+                    (*where, f"name {name!r}"),
+                    "letters, digits, '_' and '.', starting with a letter or '_'",
+                    name,
+                )
+            self.entry(item, (*where[:-1], f"{self.kind} {name!r}"))
+
+
+@dataclass(frozen=True)
+class Items:
+    """A list of lo..hi items, each checked by `item`; `label(i)` names item i, in place of
+    the list's own name (`in_place`, e.g. "link #2") or after it (e.g. "first end")."""
+
+    item: Check
+    label: Callable[[int], str]
+    lo: int = 0
+    hi: int | None = None
+    what: str = "a list"
+    in_place: bool = False
+
+    def __call__(self, value: Any, where: Where) -> None:
+        if not isinstance(value, list) or not (
+            self.lo <= len(value) <= (len(value) if self.hi is None else self.hi)
+        ):
+            _wrong(where, self.what, value)
+        base = where[:-1] if self.in_place else where
+        for i, item in enumerate(value):
+            self.item(item, (*base, self.label(i)))
+
+
+def _ipv4(text: str) -> bool:
+    return bool(_IPV4.match(text)) and all(int(p) <= 255 for p in text.split("."))
+
+
+def _ipv4_prefix(text: str) -> bool:
+    addr, slash, plen = text.partition("/")
+    return _ipv4(addr) and (not slash or (plen.isascii() and plen.isdigit() and int(plen) <= 32))
+
+
+def _mac(text: str) -> bool:
+    return bool(_MAC.match(text))
+
+
+def _grpc_address(text: str) -> bool:
+    if text.startswith(_GRPC_SCHEMES):
+        return True
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
+
+
+_LINK_PARTS = ("first end", "second end", "options")
+TOPOLOGY_SCHEMA = Record(
+    {
+        "hosts": Named(
+            "host",
+            Record(
+                {
+                    "ip": Text(
+                        'an IPv4 address and prefix length like "10.0.0.1/24"', _ipv4_prefix
+                    ),
+                    "mac": Text('a MAC address like "08:00:00:00:01:01"', _mac),
+                    "role": Text(),
+                },
+                frozenset({"ip", "mac"}),
+            ),
+        ),
+        "switches": Named(
+            "switch",
+            Record(
+                {
+                    "grpc": Text('a string "host:port" like "127.0.0.1:9559"', _grpc_address),
+                    "device_id": Integer(0, 2**64 - 1),
+                    "role": Text(),
+                    "agg_ip": Text('an IPv4 address like "10.0.0.254"', _ipv4),
+                    "agg_mac": Text('a MAC address like "02:00:00:00:00:fe"', _mac),
+                    "program": Text("a string: the path of the compiled bmv2 JSON"),
+                    "runtime_json": Text(),  # p4lang/tutorials' table entries: ignored
+                }
+            ),
+        ),
+        "links": Items(
+            Items(
+                Text('a string: a host name or "<switch>-p<port>"'),
+                _LINK_PARTS.__getitem__,
+                2,
+                3,
+                'a list of 2 to 3 items: [end, end] or [end, end, "options"]',
+            ),
+            "link #{}".format,
+            in_place=True,
+        ),
+    }
+)
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file's content; `TopologyError` naming the file if it is missing, unreadable,
+    not JSON or has an object with a key twice."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TopologyError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise TopologyError(f"{path}: is a directory, not a {what}") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{path}: not UTF-8 text; expected a JSON {what}") from None
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_json_object)
+    except json.JSONDecodeError as exc:
+        raise TopologyError(f"{path}: not valid JSON ({exc})") from None
 
 
 # ---------------------------------------------------------------------- builders

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,13 +72,71 @@ def test_tutorials_style_file() -> None:
             "host 'h1' has 0 links",
         ),
         ({"switches": {"s1": {}}, "links": [["s1", "s1-p2"]]}, "needs a port"),
-        ({"switches": {"s1": {"colour": "red"}}}, "unknown keys ['colour']"),
+        ({"switches": {"s1": {"colour": "red"}}}, "switch 's1': unknown key 'colour'"),
+        ({"switches": {"s1": {}}, "colour": 1}, "topology: unknown key 'colour'"),
         ([1, 2], "expected an object"),
     ],
 )
 def test_bad_topologies_are_refused_clearly(data: object, message: str) -> None:
     with pytest.raises(TopologyError, match=message.replace("[", r"\[").replace("(", r"\(")):
         Topology.from_json(data)
+
+
+def _built_star() -> Topology:
+    topo = Topology()
+    topo.add_switch("s1", grpc="127.0.0.1:9559")
+    topo.add_host("h1", "10.0.0.1/24", "08:00:00:00:00:01")
+    topo.add_host("h2", "10.0.0.2/24", "08:00:00:00:00:02")
+    topo.link("h1", "s1")
+    topo.link("h2", "s1")
+    return topo
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"device_id": "one"},
+            "switch 's1': device_id: expected an integer in 0..18446744073709551615",
+        ),
+        ({"device_id": -1}, "switch 's1': device_id: expected an integer"),
+        ({"grpc": 9559}, "switch 's1': grpc: expected a string \"host:port\""),
+        ({"grpc": "localhost"}, "switch 's1': grpc: expected a string \"host:port\""),
+        ({"agg_ip": "10.0.0.1"}, "host 'h1' has IP 10.0.0.1, the aggregation address of switch"),
+        ({"agg_mac": "08:00:00:00:00:02"}, "host 'h2' has MAC 08:00:00:00:00:02, the aggregation"),
+        ({"agg_mac": "nope"}, "switch 's1': agg_mac: expected a MAC address"),
+    ],
+)
+def test_python_built_topologies_get_the_same_checks(
+    change: dict[str, object], message: str
+) -> None:
+    """validate() checks what the builders and `add_switch` made, as a file would be."""
+    topo = _built_star()
+    assert topo.validate() is topo
+    topo.switches["s1"] = replace(topo.switches["s1"], **change)  # type: ignore[arg-type]
+    with pytest.raises(TopologyError) as info:
+        topo.validate()
+    assert message in str(info.value)
+
+
+def test_hosts_sharing_a_mac_are_refused() -> None:
+    topo = _built_star()
+    topo.hosts["h2"] = replace(topo.hosts["h2"], mac="08:00:00:00:00:01")
+    with pytest.raises(TopologyError, match="hosts 'h1' and 'h2' share MAC 08:00:00:00:00:01"):
+        topo.validate()
+    topo.hosts["h2"] = replace(topo.hosts["h2"], mac="8:0:0:0:0:1")  # the same MAC
+    with pytest.raises(TopologyError, match="share MAC"):
+        topo.validate()
+
+
+def test_duplicate_keys_in_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    text = json.dumps(star(2).to_json())
+    path.write_text(text.replace('"device_id": 1', '"device_id": 1, "device_id": 2'))
+    with pytest.raises(TopologyError, match=f"{path}: switch 's1': \"device_id\" appears twice"):
+        Topology.load(path)
+    path.write_text(text)
+    assert Topology.load(path).to_json() == star(2).to_json()
 
 
 def test_bad_file(tmp_path: Path) -> None:
