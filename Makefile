@@ -6,6 +6,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
+# p4c and bmv2 from ../shared/p4-toolchain/install.sh live here; with them the bmv2 tests run
+export PATH := $(if $(wildcard /opt/p4/bin),/opt/p4/bin:)$(PATH)
 
 .PHONY: demo test lint typecheck unit bench p4 clean
 
@@ -39,4 +41,4 @@ p4:
 	$(MAKE) -C p4
 
 clean:
-	rm -rf $(VENV) p4/build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info p4/build .pytest_cache .mypy_cache .ruff_cache .hypothesis

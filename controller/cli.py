@@ -311,9 +311,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     s = sub.add_parser(
-        "softswitch", help="run a softswitch (see python -m softswitch -h)", add_help=False
+        "softswitch", help="run a softswitch (see python -m inaemu.softswitch -h)", add_help=False
     )
     s.set_defaults(func=None)
+
+    sub.add_parser(
+        "conformance",
+        help="run the packet-level conformance cases on the softswitch or bmv2 "
+        "(see inaemu conformance -h)",
+        add_help=False,
+    ).set_defaults(func=None)
 
     t = sub.add_parser("topo", help="write a topology file")
     t.add_argument("kind", choices=("star", "leaf-spine", "fat-tree"))
@@ -366,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.softswitch.__main__ import main as softswitch_main
 
         return softswitch_main(argv[1:])
+    if argv[:1] == ["conformance"]:
+        from inaemu.conformance.run import main as conformance_main
+
+        return conformance_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result = args.func(args)
