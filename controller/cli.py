@@ -10,14 +10,17 @@
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
 
-Job commands keep what they installed in a state file (default: next to the topology,
-`<topology>.jobs.json`), so a later command knows the slot pools and groups in use.
+Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
+runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
+state file (default: next to the topology, `<topology>.jobs.json`), so a later command knows
+the slot pools and groups in use.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -137,7 +140,8 @@ def _controller(args: argparse.Namespace) -> tuple[Controller, list[JobSpec]]:
         if not config.is_file():
             raise ControllerError(f"--device-config {config}: is not a file")
         files = PipelineFiles(device_config=config)
-    ctl = Controller(topo, pipeline=files)
+    push = getattr(args, "command", "") == "pipeline" and args.action == "push"
+    ctl = Controller(topo, pipeline=files, push_pipeline=push, force_push=push and bool(args.force))
     for spec in specs:  # replay: the same plans, nothing written
         try:
             ctl.jobs.commit_add(ctl.jobs.plan_add(spec))
@@ -245,6 +249,15 @@ def cmd_stats(args: argparse.Namespace) -> None:
     _with_controller(args, body)
 
 
+def cmd_pipeline(args: argparse.Namespace) -> None:
+    async def body(ctl: Controller, _: list[JobSpec]) -> None:
+        verb = "installed on" if args.action == "push" else "checked on"
+        for sw in ctl.topology.switches.values():
+            print(f"{sw.name} ({sw.grpc}, device {sw.device_id}): ina.p4 {verb} the switch")
+
+    _with_controller(args, body)
+
+
 def cmd_topo(args: argparse.Namespace) -> None:
     if args.kind == "star":
         topo = star(args.hosts)
@@ -252,6 +265,15 @@ def cmd_topo(args: argparse.Namespace) -> None:
         topo = leaf_spine(args.leaves, args.spines, args.hosts)
     else:
         topo = fat_tree(args.k)
+    if args.program:
+        if not Path(args.program).is_file():
+            raise TopologyError(
+                f"--program {args.program}: no such file (build bmv2's JSON with `make -C p4`)"
+            )
+        topo.switches = {
+            name: dataclasses.replace(sw, program=args.program)
+            for name, sw in topo.switches.items()
+        }
     if args.output:
         try:
             topo.save(args.output)
@@ -328,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--leaves", type=int, default=2)
     t.add_argument("--spines", type=int, default=2)
     t.add_argument("--k", type=int, default=4, help="fat-tree arity")
+    t.add_argument(
+        "--program",
+        help="bmv2 JSON every switch runs (written into the topology; "
+        "`inaemu pipeline push` sends it; the softswitch accepts it too)",
+    )
     t.add_argument("-o", "--output")
     t.set_defaults(func=cmd_topo)
 
@@ -339,6 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
             help="bmv2 JSON to push with the P4Info to every "
             'switch without its own "program" (simple_switch_grpc needs it)',
         )
+
+    pl = sub.add_parser(
+        "pipeline", help="install ina.p4 on every switch (push) or check that they run it"
+    )
+    pl.add_argument("action", choices=("push", "check"))
+    with_topology(pl)
+    pl.add_argument(
+        "--force", action="store_true", help="push even if a switch reports the same pipeline"
+    )
+    pl.set_defaults(func=cmd_pipeline)
 
     j = sub.add_parser("job", help="add, remove or list jobs")
     j.add_argument("action", choices=("add", "remove", "list"))

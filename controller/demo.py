@@ -265,7 +265,7 @@ class DemoError(RuntimeError):
 
 
 async def _program(topo: Topology, opts: DemoOptions) -> Controller:
-    ctl = Controller(topo)
+    ctl = Controller(topo, push_pipeline=True)  # the demo starts the switch, so it programs it
     await ctl.connect()
     await ctl.add_job(JobSpec(JOB_ID, tuple(topo.hosts), pool_size=opts.window))
     if opts.loss > 0:

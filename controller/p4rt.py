@@ -1,10 +1,14 @@
 """The controller over P4Runtime (finsy): bmv2's simple_switch_grpc and the softswitch alike.
 
-    async with Controller(topology) as ctl:          # connects, becomes primary, pushes P4
+    async with Controller(topology) as ctl:          # connects, becomes primary, checks the P4
         await ctl.install_routes()
         await ctl.add_job(JobSpec(1, ("h1", "h2", "h3", "h4"), pool_size=64))
         print((await ctl.read_stats()).render())
         await ctl.remove_job(1)
+
+A controller changes a switch's pipeline only when asked (`push_pipeline=True`, what
+`inaemu pipeline push` does): otherwise it checks that every switch already runs ina.p4 (the
+same P4Info) and stops with what to run if one has no pipeline or another program.
 
 Every change is planned first (`controller.jobs`) and applied switch by switch; if a switch
 refuses any update, everything this change already wrote is deleted again, so the switches
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import finsy as fy
+from finsy.p4schema import P4ConfigResponseType
 
 from inaemu.controller.jobs import JobManager, JobRecord, JobSpec, route_plans
 from inaemu.controller.model import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
@@ -28,7 +33,7 @@ from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.controller.topology import Switch, Topology
 from inaemu.hostlib.wire import ip_str
 from inaemu.p4.constants import P4INFO_PATH
-from inaemu.p4.info import P4Info, load_p4info
+from inaemu.p4.info import P4Info, load_p4info, p4info_diff
 
 CONNECT_TIMEOUT = 10.0
 
@@ -53,13 +58,15 @@ class Controller:
         *,
         pipeline: PipelineFiles | None = None,
         election_id: int = 10,
-        push_pipeline: bool = True,
+        push_pipeline: bool = False,
+        force_push: bool = False,
     ) -> None:
         self.topology = topology.validate()
         self.jobs = JobManager(topology)
         self.files = pipeline or PipelineFiles()
         self.election_id = election_id
         self.push_pipeline = push_pipeline
+        self.force_push = force_push  # push even when the switch's cookie says it has this one
         self.p4info: P4Info = load_p4info(self.files.p4info)
         self.switches: dict[str, fy.Switch] = {}
         self.routes_installed = False
@@ -86,6 +93,7 @@ class Controller:
             options = fy.SwitchOptions(
                 p4info=self.files.p4info,
                 p4blob=configs[sw.name] if self.push_pipeline else None,
+                p4force=self.force_push,
                 device_id=sw.device_id,
                 initial_election_id=self.election_id,
             )
@@ -119,6 +127,42 @@ class Controller:
                     f"switch {sw.name!r}: another controller is primary (higher election id); "
                     f"this controller ({self.election_id}) may not write"
                 )
+            if not self.push_pipeline:
+                try:
+                    await self._verify_pipeline(sw, switch)
+                except BaseException:
+                    await self.close()
+                    raise
+
+    async def _verify_pipeline(self, sw: Switch, switch: fy.Switch) -> None:
+        """The switch must run the P4Info this controller writes against; never replace it."""
+        push = "inaemu pipeline push -t TOPOLOGY"
+        try:
+            # finsy has no public call for this; its own pipeline check only logs a warning
+            reply = await switch._get_pipeline_config_request(
+                response_type=P4ConfigResponseType.P4INFO_AND_COOKIE
+            )
+        except fy.P4ClientError as exc:
+            if not exc.is_pipeline_missing:
+                raise ControllerError(
+                    f"switch {sw.name!r} at {sw.grpc}: cannot read its pipeline: {_reason(exc)}"
+                ) from None
+            reply = None
+        if reply is None or not reply.config.HasField("p4info"):
+            raise ControllerError(
+                f"switch {sw.name!r} at {sw.grpc} has no forwarding pipeline; run `{push}` "
+                '(bmv2 needs its JSON: "program" in the topology or --device-config)'
+            )
+        diffs = [
+            d.replace("built", "the switch's").replace("committed", "ours")
+            for d in p4info_diff(reply.config.p4info, self.p4info.message)
+        ]
+        if diffs:
+            raise ControllerError(
+                f"switch {sw.name!r} at {sw.grpc} runs another P4 program than "
+                f"{self.files.p4info.name} ({len(diffs)} differences, e.g. {diffs[0][:120]}); "
+                f"nothing was changed: run `{push}` to replace it"
+            )
 
     def _device_config(self, sw: Switch) -> Path | bytes:
         """The switch's own `program` (bmv2 JSON) from the topology, else the default."""

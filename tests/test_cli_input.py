@@ -47,7 +47,7 @@ def star_json(grpc_address: str = UNREACHABLE) -> dict[str, Any]:
 
 @pytest.fixture
 def server() -> Iterator[P4RuntimeServer]:
-    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0") as srv:
+    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0", preconfigured=True) as srv:
         yield srv
 
 
@@ -334,7 +334,7 @@ def refusing(
         context.abort(code, message)
 
     monkeypatch.setattr(_Servicer, rpc, refuse)
-    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0") as srv:
+    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0", preconfigured=True) as srv:
         yield srv
 
 

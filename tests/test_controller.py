@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 import pytest
+from finsy.proto import p4r
 
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.model import CHILD_TABLE
@@ -82,7 +83,7 @@ def test_job_lifecycle_on_one_switch() -> None:
     with served(topo, {"s1": pipe}) as topo:
 
         async def scenario() -> None:
-            async with Controller(topo) as ctl:
+            async with Controller(topo, push_pipeline=True) as ctl:
                 await ctl.install_routes()
                 await ctl.add_job(JobSpec(1, ("h1", "h2", "h3"), pool_size=8))
                 assert len(pipe.ina_child.entries) == 3
@@ -114,7 +115,7 @@ def test_refusals_leave_the_switch_unchanged() -> None:
     with served(topo, {"s1": pipe}) as topo:
 
         async def scenario() -> None:
-            async with Controller(topo) as ctl:
+            async with Controller(topo, push_pipeline=True) as ctl:
                 await ctl.add_job(JobSpec(1, ("h1", "h2"), pool_size=1000))
                 snapshot = {n: dict(t.entries) for n, t in pipe.tables.items()}
                 groups = dict(pipe.multicast.groups)
@@ -143,16 +144,46 @@ def test_non_primary_and_incompatible_pipeline(tmp_path: Path) -> None:
     with served(topo, {"s1": pipe}) as topo:
 
         async def scenario() -> None:
-            async with Controller(topo, election_id=20):
+            async with Controller(topo, push_pipeline=True, election_id=20):
                 with pytest.raises(ControllerError, match="another controller is primary"):
                     async with Controller(topo, election_id=5, push_pipeline=False):
                         pass
             bad = tmp_path / "bad.p4info.txt"
             bad.write_text(P4INFO_PATH.read_text().replace("size: 4096", "size: 4097"))
             with pytest.raises(ControllerError, match="ina_child"):
-                async with Controller(topo, pipeline=PipelineFiles(p4info=bad)):
+                async with Controller(topo, push_pipeline=True, pipeline=PipelineFiles(p4info=bad)):
                     pass
             assert not pipe.ina_job.entries
+
+        run(scenario())
+
+
+def test_commands_check_the_pipeline_and_never_replace_it(tmp_path: Path) -> None:
+    """Without push_pipeline a controller only checks: no pipeline, or another P4Info, stops
+    it with what to run, and the switch keeps what it had."""
+    topo = star(2)
+    pipe = Pipeline()
+    with served(topo, {"s1": pipe}) as topo:
+
+        async def scenario() -> None:
+            with pytest.raises(
+                ControllerError, match=r"has no forwarding pipeline; run `inaemu pipeline push"
+            ):
+                async with Controller(topo):
+                    pass
+            files = PipelineFiles(device_config=b"the bmv2 json")
+            async with Controller(topo, pipeline=files, push_pipeline=True) as ctl:
+                await ctl.add_job(JobSpec(1, ("h1", "h2"), pool_size=4))
+            other = tmp_path / "other.p4info.txt"
+            other.write_text(P4INFO_PATH.read_text().replace("size: 4096", "size: 4097"))
+            with pytest.raises(
+                ControllerError, match=r"runs another P4 program .*nothing was changed"
+            ):
+                async with Controller(topo, pipeline=PipelineFiles(p4info=other)):
+                    pass
+            async with Controller(topo) as ctl:  # the default device config differs: no push
+                await ctl.read_stats()
+            assert len(pipe.ina_child.entries) == 2  # the job survived every connection
 
         run(scenario())
 
@@ -163,7 +194,7 @@ def test_unreachable_switch_is_named() -> None:
 
     async def scenario() -> None:
         with pytest.raises(ControllerError, match=r"cannot program switch 's1' at 127\.0\.0\.1:1"):
-            async with Controller(topo):
+            async with Controller(topo, push_pipeline=True):
                 pass
 
     run(scenario())
@@ -188,7 +219,7 @@ def test_leaf_spine_job_aggregates_across_three_switches() -> None:
         hosts = ("h1", "h2", "h3", "h4")
 
         async def scenario() -> None:
-            async with Controller(topo) as ctl:
+            async with Controller(topo, push_pipeline=True) as ctl:
                 await ctl.add_job(JobSpec(1, hosts, pool_size=8, n_trees=2))
 
         run(scenario())
@@ -218,7 +249,7 @@ def test_removal_with_an_entry_missing_rolls_back() -> None:
     with served(topo, {"s1": pipe}) as topo:
 
         async def scenario() -> None:
-            async with Controller(topo) as ctl:
+            async with Controller(topo, push_pipeline=True) as ctl:
                 await ctl.add_job(JobSpec(1, ("h1", "h2", "h3"), pool_size=4))
                 pipe.ina_child.delete((1, 0, 2))
                 snapshot = {n: dict(t.entries) for n, t in pipe.tables.items()}
@@ -252,6 +283,12 @@ def test_cli_job_commands(tmp_path: Path) -> None:
                 timeout=60,
             )
 
+        out = cli("stats", "-t", str(topo_file))
+        assert out.returncode == 1 and "inaemu pipeline push -t" in out.stderr
+        config = tmp_path / "ina.json"
+        config.write_bytes(b"pushed once")
+        out = cli("pipeline", "push", "-t", str(topo_file), "--device-config", str(config))
+        assert out.returncode == 0 and "ina.p4 installed on the switch" in out.stdout, out.stderr
         out = cli(
             "job", "add", "-t", str(topo_file), "--job", "7", "--workers", "h1,h2", "--pool", "16"
         )
@@ -264,6 +301,13 @@ def test_cli_job_commands(tmp_path: Path) -> None:
         assert "s1 slots [16, 32)" in out.stdout  # the state file kept job 7's pool
         assert "job 7: workers h1,h2" in cli("job", "list", "-t", str(topo_file)).stdout
         assert "job 7: packets in from each child" in cli("stats", "-t", str(topo_file)).stdout
+        assert cli("pipeline", "check", "-t", str(topo_file)).returncode == 0
+        kept = server.get_pipeline_config(
+            p4r.GetForwardingPipelineConfigRequest(
+                device_id=1, response_type=p4r.GetForwardingPipelineConfigRequest.ALL
+            )
+        )
+        assert kept.config.p4_device_config == b"pushed once"  # no command re-pushed it
         out = cli("job", "add", "-t", str(topo_file), "--job", "9", "--workers", "h9")
         assert out.returncode == 1 and "unknown host 'h9'" in out.stderr
         assert cli("job", "remove", "-t", str(topo_file), "--job", "7").returncode == 0
@@ -285,12 +329,12 @@ def test_switch_program_from_the_topology(tmp_path: Path) -> None:
         assert Topology.from_json(topo.to_json()).switches["s1"].program == str(blob)
 
         async def scenario() -> None:
-            async with Controller(topo) as ctl:
+            async with Controller(topo, push_pipeline=True) as ctl:
                 await ctl.add_job(JobSpec(1, ("h1", "h2"), pool_size=4))
             missing = replace(topo.switches["s1"], program=str(tmp_path / "nope.json"))
             topo.switches["s1"] = missing
             with pytest.raises(ControllerError, match=r"nope\.json' not found"):
-                async with Controller(topo):
+                async with Controller(topo, push_pipeline=True):
                     pass
 
         run(scenario())
