@@ -24,7 +24,6 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--codec", default="fixedpoint")
     ap.add_argument("--density", type=float, default=1.0)
-    ap.add_argument("--wire-base", type=int, default=42000)
     args = ap.parse_args()
     print(
         f"# allreduce benchmark: {args.size:,} elements/worker, codec {args.codec}, "
@@ -42,7 +41,6 @@ def main() -> None:
                 size=args.size,
                 codec=args.codec,
                 density=args.density,
-                wire_base=args.wire_base,
                 progress=False,
             )
         )

@@ -4,9 +4,9 @@
 
 1. in-process: frames of n workers pushed straight into Pipeline.process(), round robin per
    chunk, SUM; reports packets/s into the switch and aggregated elements/s (packets x K);
-2. loopback wires: a SoftSwitch thread with UDP loopback wires and n worker processes running
-   the real INA client (window 64); reports the same from the switch's counters and the
-   wall time of the whole allreduce.
+2. loopback wires: a SoftSwitch thread with loopback wires (AF_UNIX datagrams in a private
+   wire dir) and n worker processes running the real INA client (window 64); reports the
+   same from the switch's counters and the wall time of the whole allreduce.
 
 Numbers depend on the machine; the run prints its own configuration. Seeds are fixed.
 """
@@ -79,11 +79,11 @@ def bench_in_process(n: int, chunks: int) -> tuple[float, float]:
 
 
 def _worker(
-    port: int, base: int, size: int, n: int, go: MpEvent, q: mp.Queue[tuple[float, int]]
+    port: int, wire_dir: str, size: int, n: int, go: MpEvent, q: mp.Queue[tuple[float, int]]
 ) -> None:
     x = np.random.default_rng(port).integers(-1000, 1000, size, dtype=np.int32)
     client = InaClient(
-        LoopbackWireTransport(port, base=base),
+        LoopbackWireTransport(port, wire_dir),
         job_id=1,
         window=WINDOW,
         n_workers=n,
@@ -95,16 +95,16 @@ def _worker(
     q.put((time.perf_counter() - start, client.stats.retransmissions))
 
 
-def bench_loopback(n: int, chunks: int, base: int) -> tuple[float, float, float, int, int]:
+def bench_loopback(n: int, chunks: int) -> tuple[float, float, float, int, int]:
     sw = SoftSwitch()
     apply_to_pipeline(sw.pipeline, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
-    sw.add_loopback_wires(range(1, n + 1), base=base)
+    sw.add_loopback_wires(range(1, n + 1))
     sw.start()
     try:
         q: mp.Queue[tuple[float, int]] = mp.Queue()
         go = mp.Event()
         ctx_procs = [
-            mp.Process(target=_worker, args=(p, base, chunks * K, n, go, q))
+            mp.Process(target=_worker, args=(p, sw.wire_dir, chunks * K, n, go, q))
             for p in range(1, n + 1)
         ]
         for proc in ctx_procs:
@@ -117,7 +117,6 @@ def bench_loopback(n: int, chunks: int, base: int) -> tuple[float, float, float,
             proc.join()
         wall = time.perf_counter() - start
     finally:
-        ports = list(sw.ports.values())
         sw.stop()
     rx = sum(sw.pipeline.port_rx.packets)
     slowest = max(t for t, _ in outs)
@@ -126,7 +125,7 @@ def bench_loopback(n: int, chunks: int, base: int) -> tuple[float, float, float,
     replies = sw.pipeline.ina_events.packets[Event.RETX_REPLY]
     print(
         f"   switch: {dups} duplicate drops, {replies} retransmissions answered, "
-        f"{sum(getattr(p, 'tx_dropped', 0) for p in ports)} frames lost on full sockets"
+        f"{sw.tx_dropped} frames lost on full sockets, {sw.rx_foreign} foreign datagrams"
     )
     return rx / slowest, rx * K / slowest, wall, retx, dups
 
@@ -136,7 +135,6 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=4000, help="chunks per worker")
     ap.add_argument("--workers", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--repeat", type=int, default=3, help="in-process repetitions (best kept)")
-    ap.add_argument("--wire-base", type=int, default=41000)
     ap.add_argument("--skip-loopback", action="store_true")
     args = ap.parse_args()
     print(
@@ -149,7 +147,7 @@ def main() -> None:
         print(f"{'in-process':<12} {n:>7} {best[0]:>12,.0f} {best[1]:>12,.0f}")
     if not args.skip_loopback:
         for n in args.workers:
-            pps, eps, wall, retx, dups = bench_loopback(n, args.chunks, args.wire_base)
+            pps, eps, wall, retx, dups = bench_loopback(n, args.chunks)
             print(
                 f"{'loopback':<12} {n:>7} {pps:>12,.0f} {eps:>12,.0f} "
                 f"wall {wall:.2f}s, {retx} retransmissions ({dups} were spurious)"

@@ -296,7 +296,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             density=args.density,
             loss=args.loss,
             window=args.window,
-            wire_base=args.wire_base,
+            wire_dir=args.wire_dir,
             grpc_port=args.grpc_port,
             seed=args.seed,
             progress=not args.no_progress,
@@ -320,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--density", type=float, default=1.0, help="fraction of non-zero elements")
     d.add_argument("--loss", type=float, default=0.0, help="injected loss probability per port")
     d.add_argument("--window", type=int, default=64, help="chunks in flight (= slot pool)")
-    d.add_argument("--wire-base", type=int, default=40000, help="first loopback UDP port")
+    d.add_argument(
+        "--wire-dir", default=None, help="directory of the loopback wires (default: a new one)"
+    )
     d.add_argument("--grpc-port", type=int, default=0, help="P4Runtime port (0: any free)")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument(

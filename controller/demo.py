@@ -1,6 +1,6 @@
 """`inaemu demo`: an emulated allreduce on the embedded softswitch, no root needed.
 
-1. starts a softswitch process (loopback wires, P4Runtime on 127.0.0.1),
+1. starts a softswitch process (loopback wires in a private wire dir, P4Runtime on 127.0.0.1),
 2. programs it over gRPC with the controller (a star job; loss injection if asked),
 3. runs N worker processes that all-reduce a float32 array through it with a codec,
 4. checks every worker's result (bit for bit against the reference switch, and against the
@@ -47,7 +47,7 @@ class DemoOptions:
     density: float = 1.0
     loss: float = 0.0
     window: int = 64
-    wire_base: int = 40000
+    wire_dir: str | None = None  # None: the softswitch makes a private one (READY wire_dir=)
     grpc_port: int = 0
     seed: int = 1
     progress: bool = True
@@ -127,7 +127,7 @@ def _worker(
                 done.value += n
 
         client = InaClient(
-            LoopbackWireTransport(rank + 1, base=opts.wire_base),
+            LoopbackWireTransport(rank + 1, str(opts.wire_dir)),
             job_id=JOB_ID,
             window=opts.window,
             n_workers=opts.workers,
@@ -227,7 +227,8 @@ def _progress_bar(done: int, total: int, started: float) -> str:
     return f"\r  [{bar}] {frac:6.1%}  {time.monotonic() - started:5.1f} s"
 
 
-def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str]:
+def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
+    """The softswitch process, its P4Runtime address and its wire dir (from its READY line)."""
     argv = [
         sys.executable,
         "-m",
@@ -236,8 +237,7 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str]:
         f"127.0.0.1:{opts.grpc_port}",
         "--wires",
         f"1-{opts.workers}",
-        "--wire-base",
-        str(opts.wire_base),
+        *(["--wire-dir", opts.wire_dir] if opts.wire_dir else []),
         "--seed",
         str(opts.seed),
     ]
@@ -257,7 +257,7 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str]:
             log.seek(0)
             raise DemoError(log.read().strip() or f"softswitch exited with {proc.returncode}")
     fields = dict(kv.split("=", 1) for kv in line.split()[1:])
-    return proc, fields["grpc"]
+    return proc, fields["grpc"], fields["wire_dir"]
 
 
 class DemoError(RuntimeError):
@@ -286,7 +286,8 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
 
     if opts.codec not in CODECS:
         raise DemoError(f"unknown codec {opts.codec!r}; choose from {', '.join(sorted(CODECS))}")
-    switch, grpc = _start_switch(opts)
+    switch, grpc, wire_dir = _start_switch(opts)
+    opts = replace(opts, wire_dir=wire_dir)  # the workers' wires
     ctx = mp.get_context("spawn")  # no fork after gRPC threads started
     procs: list[Any] = []
     loop = asyncio.new_event_loop()

@@ -1,14 +1,22 @@
 """Run a softswitch: the pipeline, its ports and its P4Runtime server, until stopped.
 
-    python -m softswitch --wires 1-4                       # loopback wires, gRPC 127.0.0.1:9559
-    python -m softswitch --grpc 127.0.0.1:0 --wires 1-8 --wire-base 41000
-    python -m softswitch --iface 1=s1-eth1 --iface 2=s1-eth2   # Mininet veths (root)
+    python -m inaemu.softswitch --wires 1-4            # loopback wires, gRPC 127.0.0.1:9559
+    python -m inaemu.softswitch --grpc 127.0.0.1:0 --wire-dir /tmp/w --wires 1-2 --link 3=s2.1
+    python -m inaemu.softswitch --name s2 --grpc 127.0.0.1:0 --wire-dir /tmp/w --link 1=s1.3
+    python -m inaemu.softswitch --iface 1=s1-eth1 --iface 2=s1-eth2   # Mininet veths (root)
 
-When everything is up it prints one line to stdout, for scripts to wait on:
+Loopback wires (`hostlib.loopback`) are AF_UNIX datagram sockets in a private wire dir: a new
+one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if missing; it
+must be private). `--wires` gives port p the end NAME.p wired to the host end NAME.p.host;
+`--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links back.
 
-    READY name=s1 grpc=127.0.0.1:9559 device_id=1 ports=1,2,3,4 wire_base=40000
+When everything is up it prints one line to stdout, for scripts to wait on; a host attaches
+with `LoopbackWireTransport(port, wire_dir, switch_name=name)`:
 
-SIGINT / SIGTERM stop it cleanly. Port conflicts are reported with what to change.
+    READY name=s1 grpc=127.0.0.1:9559 device_id=1 ports=1,2,3,4 wire_dir=/tmp/inaemu-wires-x1
+
+SIGINT / SIGTERM stop it cleanly. A taken address or wire end is reported in one line with
+what to change.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import sys
 import threading
 
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
-from inaemu.softswitch.ports import DEFAULT_WIRE_BASE, AfPacketPort, PortInUseError
+from inaemu.softswitch.ports import AfPacketPort
 from inaemu.softswitch.switch import SoftSwitch
 
 
@@ -48,9 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--wires",
         type=parse_ports,
         default=[],
-        help="ports on loopback wires, e.g. 1-4 (UDP wire-base + 2p, peer + 1)",
+        help="ports on loopback wires to hosts, e.g. 1-4 (ends NAME.p and NAME.p.host)",
     )
-    ap.add_argument("--wire-base", type=int, default=DEFAULT_WIRE_BASE)
+    ap.add_argument(
+        "--link",
+        action="append",
+        default=[],
+        metavar="PORT=END",
+        help="wire a port to the end END in the wire dir, e.g. 5=s2.3 (switch s2's port 3)",
+    )
+    ap.add_argument(
+        "--wire-dir",
+        default=None,
+        help="directory of the wire ends (default: a new private one, removed at exit)",
+    )
     ap.add_argument(
         "--iface",
         action="append",
@@ -69,20 +88,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    switch = SoftSwitch(name=args.name)
+    try:
+        links = [_port_spec(spec, "--link", "PORT=END (e.g. 5=s2.3)") for spec in args.link]
+        ifaces = [_port_spec(spec, "--iface", "PORT=IFNAME") for spec in args.iface]
+    except ValueError as exc:
+        print(f"softswitch: {exc}", file=sys.stderr)
+        return 2
+    switch = SoftSwitch(name=args.name, wire_dir=args.wire_dir)
     switch.pipeline.seed = args.seed
     try:
-        switch.add_loopback_wires(args.wires, base=args.wire_base)
-        for spec in args.iface:
-            port, sep, ifname = spec.partition("=")
-            if not sep or not port.isdigit():
-                raise SystemExit(f"softswitch: --iface wants PORT=IFNAME, got {spec!r}")
-            switch.add_port(int(port), AfPacketPort(ifname))
-    except PortInUseError as exc:
-        print(f"softswitch: {exc.strerror}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"softswitch: {exc.strerror or exc}", file=sys.stderr)
+        if args.wires:
+            switch.add_loopback_wires(args.wires)
+        for port, end in links:
+            switch.add_link(port, end)
+        for port, ifname in ifaces:
+            switch.add_port(port, AfPacketPort(ifname))
+    except (OSError, ValueError) as exc:
+        print(f"softswitch: {_message(exc)}", file=sys.stderr)
+        switch.stop()
         return 2
     server = P4RuntimeServer(
         switch.pipeline,
@@ -94,17 +117,17 @@ def main(argv: list[str] | None = None) -> int:
         server.start()
     except OSError as exc:
         print(f"softswitch: {exc.strerror or exc} (pick another --grpc port)", file=sys.stderr)
-        for port in switch.ports.values():
-            port.close()
+        switch.stop()
         return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     switch.start()
     ports = ",".join(str(p) for p in sorted(switch.ports))
+    wires = f" wire_dir={switch.wire_dir}" if args.wires or args.link else ""
     print(
         f"READY name={args.name} grpc={server.address} device_id={args.device_id} "
-        f"ports={ports} wire_base={args.wire_base}",
+        f"ports={ports}{wires}",
         flush=True,
     )
     try:
@@ -116,6 +139,17 @@ def main(argv: list[str] | None = None) -> int:
         server.stop(grace=1.0)
         switch.stop()
     return 0
+
+
+def _port_spec(spec: str, option: str, form: str) -> tuple[int, str]:
+    port, sep, what = spec.partition("=")
+    if not sep or not port.isdigit() or not what:
+        raise ValueError(f"{option} wants {form}, got {spec!r}")
+    return int(port), what
+
+
+def _message(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 if __name__ == "__main__":

@@ -1,32 +1,28 @@
 """The softswitch's port layer: where frames enter and leave the pipeline.
 
-- `LoopbackWire`: a port is a UDP socket on 127.0.0.1 that carries whole Ethernet frames, one
-  per datagram, to and from a peer socket (a host transport, or another switch's wire). No root.
-  The convention `wire_udp_ports(base, port)` gives switch port p the UDP port base + 2p and
-  its peer base + 2p + 1; hostlib's loopback transport uses the same function.
+- `LoopbackWire`: a port is one end of a loopback wire (`hostlib.loopback`): an AF_UNIX
+  datagram socket bound to `WIRE_DIR/SWITCH.PORT` in a private directory, carrying whole
+  Ethernet frames, one per datagram, to and from its peer's end (a host's
+  `LoopbackWireTransport`, or another switch's port). No root, no UDP ports. Only datagrams
+  sent from the peer's path are taken; anything else is dropped and counted in `rx_foreign`.
 - `AfPacketPort`: a raw AF_PACKET socket on a named interface (Mininet veths; needs root).
 """
 
 from __future__ import annotations
 
-import errno
-import select
 import socket
 from typing import Protocol
 
-from inaemu.hostlib.transport import DEFAULT_WIRE_BASE, LOOPBACK, wire_udp_ports
+from inaemu.hostlib.loopback import WireDir, WireEnd, WireError, host_end, port_end
 
-__all__ = ["DEFAULT_WIRE_BASE", "LOOPBACK", "AfPacketPort", "LoopbackWire", "wire_udp_ports"]
+__all__ = ["AfPacketPort", "LoopbackWire", "Port", "WireDir", "WireError", "host_end", "port_end"]
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 MAX_FRAME = 9216
 RECV_BATCH = 64
-OUTPUT_QUEUE_WAIT = 0.005  # seconds a send may wait for a full socket buffer
-
-
-class PortInUseError(OSError):
-    pass
+OUTPUT_QUEUE_WAIT = 0.005  # seconds a send may wait for room at the peer
+_DONTWAIT = socket.MSG_DONTWAIT
 
 
 class Port(Protocol):
@@ -38,63 +34,47 @@ class Port(Protocol):
     def close(self) -> None: ...
 
 
-def _drain(sock: socket.socket, limit: int = RECV_BATCH) -> list[bytes]:
-    frames: list[bytes] = []
-    for _ in range(limit):
-        try:
-            frames.append(sock.recv(MAX_FRAME))
-        except BlockingIOError:
-            break
-        except ConnectionRefusedError:  # ICMP from an earlier send to a closed peer
-            continue
-    return frames
+class LoopbackWire(WireEnd):
+    """One switch port as one end of a loopback wire: frames in, frames out, one per datagram.
 
+    The socket stays unconnected (a switch port accepts its peer whenever it comes up, and a
+    restarted peer is just a new socket on the same path): every datagram's source is checked
+    against the peer's path.
+    """
 
-class LoopbackWire:
-    """One switch port as a UDP socket: frames in, frames out, one per datagram."""
-
-    def __init__(self, listen: tuple[str, int], peer: tuple[str, int], name: str = "") -> None:
-        self.name = name or f"udp:{listen[1]}"
-        self.peer = peer
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        try:
-            self.sock.bind(listen)
-        except OSError as exc:
-            self.sock.close()
-            if exc.errno == errno.EADDRINUSE:
-                raise PortInUseError(
-                    exc.errno,
-                    f"UDP port {listen[0]}:{listen[1]} for {self.name} is taken "
-                    "(another softswitch running? pick another --wire-base)",
-                ) from None
-            raise
-        self.sock.setblocking(False)
-        self.tx_dropped = 0  # frames lost because the peer did not drain its socket in time
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
+    def __init__(self, wire_dir: WireDir, end: str, peer: str, name: str = "") -> None:
+        super().__init__(
+            wire_dir,
+            end,
+            peer,
+            hint="another softswitch with this name in this wire dir? "
+            "pick another --wire-dir or --name",
+            send_timeout=OUTPUT_QUEUE_WAIT,
+        )
+        self.name = name or end
 
     def recv_batch(self) -> list[bytes]:
-        return _drain(self.sock)
+        frames: list[bytes] = []
+        recvfrom, peer = self.sock.recvfrom, self.peer
+        for _ in range(RECV_BATCH):
+            try:
+                data, source = recvfrom(MAX_FRAME, _DONTWAIT)
+            except BlockingIOError:
+                break
+            if source == peer:
+                frames.append(data)
+            else:
+                self.rx_foreign += 1
+        return frames
 
     def send(self, frame: bytes) -> None:
-        # A full socket buffer is an output queue: wait for it a little (as a switch's egress
-        # queue holds frames), then drop and count. An absent peer loses the frame, like a wire.
-        for attempt in range(2):
-            try:
-                self.sock.sendto(frame, self.peer)
-                return
-            except BlockingIOError:
-                if attempt == 0:
-                    select.select([], [self.sock], [], OUTPUT_QUEUE_WAIT)
-            except ConnectionRefusedError:
-                break
-        self.tx_dropped += 1
-
-    def close(self) -> None:
-        self.sock.close()
+        # A peer that has not drained its queue is an output queue: the send sleeps in the
+        # kernel for room (at most OUTPUT_QUEUE_WAIT, SO_SNDTIMEO), then the frame is dropped
+        # and counted. An absent peer loses the frame, like a wire with nothing plugged in.
+        try:
+            self.sock.sendto(frame, self.peer)
+        except OSError:  # EAGAIN after the wait; ENOENT/ECONNREFUSED/EPERM: no live peer
+            self.tx_dropped += 1
 
 
 class AfPacketPort:

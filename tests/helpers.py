@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +17,6 @@ from inaemu.controller.model import (
 from inaemu.controller.star import Worker, star_job_plan
 from inaemu.p4.constants import Event
 from inaemu.softswitch.pipeline import Pipeline
-from inaemu.softswitch.ports import PortInUseError
 from inaemu.softswitch.switch import SoftSwitch
 
 T = TypeVar("T")
@@ -32,23 +30,19 @@ def workers(n: int, first_port: int = 1) -> list[Worker]:
 
 
 @contextmanager
-def running_switch(ports: list[int], *, seed: int = 0) -> Iterator[tuple[SoftSwitch, int]]:
-    """A started softswitch with loopback wires on `ports`; yields (switch, wire base)."""
-    for _ in range(20):
-        base = random.randrange(20000, 60000, 1024)
-        sw = SoftSwitch()
-        sw.pipeline.seed = seed
-        try:
-            sw.add_loopback_wires(ports, base=base)
-        except PortInUseError:
-            continue
-        sw.start()
-        try:
-            yield sw, base
-        finally:
-            sw.stop()
-        return
-    raise RuntimeError("no free UDP port range for loopback wires")
+def running_switch(
+    ports: list[int], *, seed: int = 0, wire_dir: str | None = None
+) -> Iterator[tuple[SoftSwitch, str]]:
+    """A started softswitch with loopback wires on `ports`, in `wire_dir` or else in a new
+    private wire dir (nothing another process can hold); yields (switch, wire dir)."""
+    sw = SoftSwitch(wire_dir=wire_dir)
+    sw.pipeline.seed = seed
+    sw.add_loopback_wires(ports)
+    sw.start()
+    try:
+        yield sw, sw.wire_dir
+    finally:
+        sw.stop()
 
 
 def install_star(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -31,11 +32,11 @@ def test_exact_sum_under_injected_loss(loss: float) -> None:
     n, size, window = 4, 40 * K + 17, 8  # a short tail chunk
     ws = workers(n)
     xs = int_inputs(n, size, seed=int(loss * 100))
-    with running_switch([w.port for w in ws], seed=7) as (sw, base):
+    with running_switch([w.port for w in ws], seed=7) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=window, loss=loss)
         clients = [
             InaClient(
-                LoopbackWireTransport(w.port, base=base),
+                LoopbackWireTransport(w.port, wire_dir),
                 job_id=1,
                 window=window,
                 initial_rto=0.02,
@@ -66,10 +67,10 @@ def test_consecutive_operations_and_opcodes() -> None:
     """Chunk numbering continues across operations; OR and MAX work; empty input is fine."""
     ws = workers(3)
     xs = int_inputs(3, 5 * K, seed=3)
-    with running_switch([w.port for w in ws]) as (sw, base):
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4) for w in ws
+            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=4) for w in ws
         ]
 
         def work(c: InaClient, x: npt.NDArray[np.int32]) -> list[npt.NDArray[np.int32]]:
@@ -96,10 +97,10 @@ def test_overflow_is_reported_per_chunk() -> None:
     ws = workers(2)
     a = np.zeros(3 * K, dtype=np.int32)
     a[K + 5] = 2**31 - 1  # only the second chunk overflows
-    with running_switch([w.port for w in ws]) as (sw, base):
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4) for w in ws
+            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=4) for w in ws
         ]
         outs = run_threads([partial(c.allreduce_int32, a) for c in clients])
     for res, over in outs:
@@ -118,10 +119,10 @@ class DuplicatingReorderingTransport(LoopbackWireTransport):
 def test_duplicated_and_reordered_results_are_harmless() -> None:
     ws = workers(3)
     xs = int_inputs(3, 30 * K, seed=5)
-    with running_switch([w.port for w in ws]) as (sw, base):
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=8)
         clients = [
-            InaClient(DuplicatingReorderingTransport(w.port, base=base), job_id=1, window=8)
+            InaClient(DuplicatingReorderingTransport(w.port, wire_dir), job_id=1, window=8)
             for w in ws
         ]
         outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
@@ -131,11 +132,13 @@ def test_duplicated_and_reordered_results_are_harmless() -> None:
         assert c.stats.duplicate_results >= 30
 
 
-def test_vanished_switch_gives_a_clear_error_within_its_bound() -> None:
-    with running_switch([1]) as (_sw, base):
+def test_vanished_switch_gives_a_clear_error_within_its_bound(tmp_path: Path) -> None:
+    wire_dir = str(tmp_path / "wires")  # outlives the switch (a switch's own dir would not)
+    with running_switch([1], wire_dir=wire_dir):
         pass  # the switch is gone: nothing listens on the wire any more
+    transport = LoopbackWireTransport(1, wire_dir)
     client = InaClient(
-        LoopbackWireTransport(1, base=base),
+        transport,
         job_id=7,
         window=4,
         initial_rto=0.01,
@@ -146,15 +149,17 @@ def test_vanished_switch_gives_a_clear_error_within_its_bound() -> None:
     with pytest.raises(InaTimeoutError, match=r"job 7: no result for 3 chunk\(s\) \[0, 1, 2\]"):
         client.allreduce_int32(np.ones(3 * K, dtype=np.int32))
     assert time.monotonic() - start < 2.0
+    assert transport.tx_dropped == client.stats.packets_sent > 3  # retransmitted, all lost
+    transport.close()
 
 
 def test_missing_peer_names_the_job_and_chunks() -> None:
     """One worker of two never shows up: the other fails clearly instead of hanging."""
     ws = workers(2)
-    with running_switch([w.port for w in ws]) as (sw, base):
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 3, ws, pool=4)
         client = InaClient(
-            LoopbackWireTransport(1, base=base),
+            LoopbackWireTransport(1, wire_dir),
             job_id=3,
             window=4,
             initial_rto=0.01,
@@ -182,11 +187,11 @@ def test_codecs_through_the_switch_match_the_reference_bit_for_bit(codec_name: s
         xs.append(x)
     expected, _ = simulate_allreduce(make_codec(codec_name), xs)
     ws = workers(n)
-    with running_switch([w.port for w in ws], seed=3) as (sw, base):
+    with running_switch([w.port for w in ws], seed=3) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=16, loss=0.05)
         clients = [
             InaClient(
-                LoopbackWireTransport(w.port, base=base),
+                LoopbackWireTransport(w.port, wire_dir),
                 job_id=1,
                 window=16,
                 n_workers=n,
@@ -256,10 +261,10 @@ def test_chunks_striped_over_two_trees() -> None:
 
     ws = workers(3)
     xs = int_inputs(3, 20 * K, seed=9)
-    with running_switch([w.port for w in ws]) as (sw, base):
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
         apply_to_pipeline(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=8, mgid=1, n_trees=2))
         clients = [
-            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=8, n_trees=2)
+            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=8, n_trees=2)
             for w in ws
         ]
         outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
@@ -273,10 +278,10 @@ def test_int32_overflow_through_the_switch_fails_clearly() -> None:
 
     ws = workers(2)
     x = np.full(10, 2**30 + 1, dtype=np.int32)
-    with running_switch([w.port for w in ws]) as (sw, base):
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, base=base), job_id=1, window=4, n_workers=2)
+            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=4, n_workers=2)
             for w in ws
         ]
 

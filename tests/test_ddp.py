@@ -46,7 +46,7 @@ def _integer_model() -> Any:
     return model
 
 
-def _train(rank: int, wire_base: int, tcp_port: int, codec: str, q: Any) -> None:
+def _train(rank: int, wire_dir: str, tcp_port: int, codec: str, q: Any) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -60,7 +60,7 @@ def _train(rank: int, wire_base: int, tcp_port: int, codec: str, q: Any) -> None
     )
     try:
         client = InaClient(
-            LoopbackWireTransport(rank + 1, base=wire_base),
+            LoopbackWireTransport(rank + 1, wire_dir),
             job_id=1,
             window=16,
             n_workers=WORLD,
@@ -131,11 +131,13 @@ def _collect(q: Any, procs: list[Any], timeout: float) -> list[Any]:
 def test_ddp_hook_matches_gloo(codec: str) -> None:
     ws = workers(WORLD)
     ctx = mp.get_context("spawn")
-    with running_switch([w.port for w in ws]) as (sw, base):
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=16)
         q = ctx.Queue()
         tcp = _free_tcp_port()
-        procs = [ctx.Process(target=_train, args=(r, base, tcp, codec, q)) for r in range(WORLD)]
+        procs = [
+            ctx.Process(target=_train, args=(r, wire_dir, tcp, codec, q)) for r in range(WORLD)
+        ]
         for p in procs:
             p.start()
         outs = _collect(q, procs, timeout=180)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -14,10 +13,6 @@ import pytest
 
 INAEMU = [sys.executable, "-m", "inaemu.controller.cli"]
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wire_base() -> int:
-    return random.randrange(20000, 60000, 256)
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -47,7 +42,7 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     ids=["fixedpoint", "sketch-lossy", "int32"],
 )
 def test_demo_end_to_end(args: tuple[str, ...]) -> None:
-    proc = run("demo", "--wire-base", str(wire_base()), *args)
+    proc = run("demo", *args)  # its wires: a private dir the softswitch makes
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "identical on every worker; bit-exact vs the reference switch" in out
@@ -57,8 +52,10 @@ def test_demo_end_to_end(args: tuple[str, ...]) -> None:
         assert "loss " in out.split("switch drops")[1].splitlines()[0]
 
 
-def test_port_taken_is_a_clear_error() -> None:
-    base = wire_base()
+def test_port_taken_is_a_clear_error(tmp_path: Path) -> None:
+    """A wire dir the user names whose wire ends another switch holds: one line saying what
+    to change, no traceback."""
+    wires = tmp_path / "wires"
     blocker = subprocess.Popen(
         [
             sys.executable,
@@ -66,8 +63,8 @@ def test_port_taken_is_a_clear_error() -> None:
             "inaemu.softswitch",
             "--wires",
             "1-2",
-            "--wire-base",
-            str(base),
+            "--wire-dir",
+            str(wires),
             "--grpc",
             "127.0.0.1:0",
         ],
@@ -76,13 +73,19 @@ def test_port_taken_is_a_clear_error() -> None:
         cwd=ROOT,
     )
     try:
-        assert blocker.stdout is not None and blocker.stdout.readline().startswith("READY")
-        proc = run("demo", "--workers", "2", "--size", "1000", "--wire-base", str(base))
+        assert blocker.stdout is not None
+        ready = blocker.stdout.readline()
+        assert ready.startswith("READY") and f"wire_dir={wires}" in ready
+        proc = run("demo", "--workers", "2", "--size", "1000", "--wire-dir", str(wires))
         assert proc.returncode == 1
-        assert f"UDP port 127.0.0.1:{base + 2}" in proc.stderr and "is taken" in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"wire end s1.1 in {wires} is held by another process" in proc.stderr
+        assert "pick another --wire-dir" in proc.stderr
     finally:
         blocker.terminate()
         blocker.wait(10)
+    assert blocker.returncode == 0
+    assert os.listdir(wires) == [".lock"]  # a named dir stays; the switch removed its ends
 
 
 def test_bad_options_are_refused() -> None:
@@ -92,10 +95,10 @@ def test_bad_options_are_refused() -> None:
     assert proc.returncode == 1 and "--workers must be 1..32" in proc.stderr
 
 
-def test_ctrl_c_stops_everything() -> None:
-    base = wire_base()
+def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    wires = tmp_path / "wires"  # names this run's processes
     proc = subprocess.Popen(
-        [*INAEMU, "demo", "--workers", "2", "--size", "50000000", "--wire-base", str(base)],
+        [*INAEMU, "demo", "--workers", "2", "--size", "50000000", "--wire-dir", str(wires)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -109,6 +112,6 @@ def test_ctrl_c_stops_everything() -> None:
     assert "interrupted" in err
     time.sleep(0.5)
     leftovers = subprocess.run(
-        ["pgrep", "-f", f"--wire-base {base}"], capture_output=True, text=True
+        ["pgrep", "-f", f"--wire-dir {wires}"], capture_output=True, text=True
     ).stdout.split()
     assert leftovers == []

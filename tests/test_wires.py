@@ -1,0 +1,486 @@
+"""Loopback wires: private, collision-free ends; only a wire's own peer gets frames in."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inaemu.hostlib.client import InaClient
+from inaemu.hostlib.loopback import WireDir, WireError, set_send_timeout
+from inaemu.hostlib.transport import LoopbackWireTransport
+from inaemu.hostlib.wire import Endpoint, Flag, FrameTemplate, K, Opcode, pack_frames, pack_payloads
+from inaemu.hostlib.wire import slot_field as slot_of
+from inaemu.softswitch.ports import LoopbackWire
+from inaemu.softswitch.switch import SoftSwitch
+from tests.helpers import accounted, install_star, run_threads, running_switch, workers
+from tests.test_tree import build as build_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+SWITCH = Endpoint("02:00:00:00:00:fe", "10.0.0.254")
+# the UDP ports the old wires used: one that collided with an ephemeral port in a test run,
+# and the old default base's wires 0..10
+OLD_UDP_PORTS = [37411, *range(40000, 40021)]
+
+
+def frames(host: int, chunks: range, window: int, *, value: int, flags: int = 0) -> list[bytes]:
+    """INA frames of job 1 as worker `host` would send them (or as the switch would answer,
+    with flags=RESULT), every lane `value`."""
+    ids = np.arange(chunks.start, chunks.stop)
+    recs = pack_frames(
+        FrameTemplate(Endpoint(f"02:00:00:00:00:{host:02x}", f"10.0.0.{host}"), SWITCH),
+        pack_payloads(
+            opcode=Opcode.SUM,
+            job_id=1,
+            tree_id=0,
+            slot=[slot_of(int(i) % window, (int(i) // window) % 2) for i in ids],
+            seq=ids,
+            values=np.full((len(ids), K), value, dtype=np.int32),
+            flags=flags,
+        ),
+    )
+    return [r.tobytes() for r in recs]
+
+
+def hold_udp_ports(ports: list[int]) -> list[socket.socket]:
+    held = []
+    for port in ports:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:  # someone else holds it: held either way
+            s.close()
+            continue
+        held.append(s)
+    return held
+
+
+def forger_sockets(where: str | Path) -> list[socket.socket]:
+    """Three senders that are not a wire's peer: unbound, bound to a path of their own in
+    `where` (the wire dir itself, say), and autobound in the abstract namespace."""
+    unbound = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    named = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    named.bind(os.path.join(where, "s1.1.hostile"))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    abstract.bind("")
+    socks = [unbound, named, abstract]
+    for s in socks:
+        set_send_timeout(s, 0.2)
+    return socks
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll `cond` until true or `timeout` (the caller asserts what it needs afterwards)."""
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_forged_frames_are_dropped_and_counted_while_old_udp_ports_are_held(
+    tmp_path: Path,
+) -> None:
+    """Someone holds the old wires' UDP ports and, from other sockets, forges contributions
+    and RESULTs aimed at both ends of every wire during an allreduce: the sums stay exact;
+    the switch ports drop and count every forged datagram (`rx_foreign`); the hosts' ends,
+    connected to their switch ports, are refused by the kernel (EPERM), never reached."""
+    held = hold_udp_ports(OLD_UDP_PORTS)
+    n, window, n_chunks = 4, 8, 120
+    ws = workers(n)
+    xs = [np.random.default_rng(r).integers(-1000, 1000, n_chunks * K, np.int32) for r in range(n)]
+    forgers: list[socket.socket] = []
+    try:
+        with running_switch([w.port for w in ws]) as (sw, wire_dir):
+            install_star(sw, 1, ws, pool=window)
+            forgers = forger_sockets(wire_dir)
+            transports = [LoopbackWireTransport(w.port, wire_dir) for w in ws]
+            clients = [
+                InaClient(t, job_id=1, window=window, initial_rto=0.05, give_up_after=30)
+                for t in transports
+            ]
+            forged = {
+                p: frames(p, range(n_chunks), window, value=1 << 20)
+                + frames(p, range(n_chunks), window, value=-7, flags=int(Flag.RESULT))
+                for p in range(1, n + 1)
+            }
+            stop = threading.Event()
+            into_switch = [0]  # forged datagrams a switch port's socket took (to drop)
+            refused_by_host = [0]  # forged datagrams the kernel refused at a host end
+            surprises: list[str] = []
+
+            def forge() -> None:
+                i = 0
+                while not stop.is_set():
+                    p = i % n + 1
+                    frame = forged[p][(i // n) % len(forged[p])]
+                    sock = forgers[i % len(forgers)]
+                    try:
+                        sock.sendto(frame, os.path.join(wire_dir, f"s1.{p}"))
+                        into_switch[0] += 1
+                    except BlockingIOError:
+                        pass  # the port's queue stayed full for 0.2 s: not sent
+                    try:
+                        sock.sendto(frame, os.path.join(wire_dir, f"s1.{p}.host"))
+                        surprises.append(f"host end s1.{p}.host took a forged frame")
+                    except PermissionError:
+                        refused_by_host[0] += 1
+                    i += 1
+                    if i % 16 == 0:
+                        time.sleep(0.001)
+
+            forger = threading.Thread(target=forge, daemon=True)
+            forger.start()
+            wait_for(lambda: into_switch[0] >= 50)  # forging is under way before any chunk
+            before = into_switch[0]
+            try:
+                results = run_threads(
+                    [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
+                )
+                during = into_switch[0] - before
+            finally:
+                stop.set()
+                forger.join(10)
+            wait_for(lambda: sw.rx_foreign >= into_switch[0])
+            rx_foreign = sw.rx_foreign
+            host_foreign = [t.rx_foreign for t in transports]
+            for t in transports:
+                t.close()
+        expected = np.sum(np.stack(xs).astype(np.int64), axis=0)
+        for res, over in results:
+            assert np.array_equal(res, expected) and not over.any()
+        assert surprises == []
+        assert before >= 50 and during > 0 and refused_by_host[0] >= 50
+        assert rx_foreign == into_switch[0]  # every forged datagram counted, none processed
+        assert host_foreign == [0] * n
+        packets_in, packets_accounted = accounted(sw.pipeline)
+        assert packets_in == packets_accounted == sum(c.stats.packets_sent for c in clients)
+    finally:
+        for s in held + forgers:
+            s.close()
+
+
+def test_a_wire_between_two_switch_ports_carries_frames_both_ways(tmp_path: Path) -> None:
+    """A wire is a pair of ends: two switch ports naming each other; a third socket's
+    datagrams are dropped and counted on both ends."""
+    wires = WireDir(tmp_path / "w")
+    a = LoopbackWire(wires, "s1.5", "s2.3")
+    b = LoopbackWire(wires, "s2.3", "s1.5")
+    forgers = forger_sockets(tmp_path)
+    try:
+        for i in range(8):  # (an unconnected receiver queues max_dgram_qlen, often 10)
+            a.send(b"a%d" % i)
+            b.send(b"b%d" % i)
+        for forger in forgers:
+            forger.sendto(b"forged", a.path)
+            forger.sendto(b"forged", b.path)
+        # AF_UNIX delivery is synchronous: the datagrams are queued when sendto returns
+        assert a.recv_batch() == [b"b%d" % i for i in range(8)]
+        assert b.recv_batch() == [b"a%d" % i for i in range(8)]
+        assert (a.rx_foreign, b.rx_foreign, a.tx_dropped, b.tx_dropped) == (3, 3, 0, 0)
+    finally:
+        a.close()
+        b.close()
+        for forger in forgers:
+            forger.close()
+    assert sorted(os.listdir(wires.path)) == [".lock"]  # each end removed its own path
+
+
+def test_a_send_to_an_absent_peer_is_a_lost_frame(tmp_path: Path) -> None:
+    wires = WireDir(tmp_path / "w")
+    a = LoopbackWire(wires, "s1.1", "s1.1.host")
+    try:
+        a.send(b"nobody")
+        assert a.tx_dropped == 1
+    finally:
+        a.close()
+
+
+def test_host_end_counts_foreign_frames_until_its_switch_port_exists(tmp_path: Path) -> None:
+    wires = WireDir(tmp_path / "w")
+    host = LoopbackWireTransport(1, wires.path)  # no switch yet: not connected
+    forger = forger_sockets(tmp_path)[0]
+    port: LoopbackWire | None = None
+    try:
+        assert not host.connected
+        forger.sendto(b"x" * 400, host.path)
+        assert len(host.recv(1.0)) == 0 and host.rx_foreign == 1
+        payloads = pack_payloads(
+            opcode=Opcode.SUM,
+            job_id=1,
+            tree_id=0,
+            slot=0,
+            seq=[0, 1],
+            values=np.ones((2, K), np.int32),
+        )
+        host.send(payloads)
+        assert host.tx_dropped == 2  # nobody on the wire
+        port = LoopbackWire(wires, "s1.1", "s1.1.host")
+        host.send(payloads)  # connects now
+        assert host.connected
+        got = port.recv_batch()  # delivered when send returned
+        assert len(got) == 2 and port.rx_foreign == 0
+        port.send(got[0])  # back to the host, from its peer: accepted
+        assert host.recv(2.0)["seq"].tolist() == [0]
+        with pytest.raises(PermissionError):  # connected now: the kernel refuses the forger
+            forger.sendto(b"x" * 400, host.path)
+    finally:
+        host.close()
+        forger.close()
+        if port is not None:
+            port.close()
+
+
+def test_switch_wire_dir_is_private_made_race_free_and_removed() -> None:
+    a, b = SoftSwitch(), SoftSwitch()
+    a.add_loopback_wires([1, 2])
+    b.add_loopback_wires([1, 2])  # same names, own dir: no collision
+    dirs = [a.wire_dir, b.wire_dir]
+    try:
+        assert dirs[0] != dirs[1]
+        for d in dirs:
+            st = os.stat(d)
+            assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+            assert sorted(os.listdir(d)) == [".lock", "s1.1", "s1.2"]
+    finally:
+        a.stop()
+        b.stop()
+    assert not any(os.path.exists(d) for d in dirs)
+
+
+def test_wire_dir_must_be_private(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with pytest.raises(WireError, match=r"is not private \(mode 755.*chmod 700"):
+        WireDir(shared)
+    made = WireDir(tmp_path / "new")  # missing: made private
+    assert stat.S_IMODE(os.stat(made.path).st_mode) == 0o700 and not made.owned
+    with pytest.raises(WireError, match="does not exist: start the softswitch first"):
+        LoopbackWireTransport(1, tmp_path / "missing")
+    with pytest.raises(WireError, match="too long"):
+        WireDir(tmp_path / ("x" * 120))
+
+
+def test_held_end_is_refused_and_stale_end_is_reused(tmp_path: Path) -> None:
+    wires = str(tmp_path / "w")
+    first = SoftSwitch(wire_dir=wires)
+    first.add_loopback_wires([1, 2])
+    second = SoftSwitch(wire_dir=wires)
+    try:
+        with pytest.raises(WireError, match=r"wire end s1\.2 in .* is held by another process"):
+            second.add_loopback_wires([3, 2])
+        assert list(second.ports) == []  # all or none: port 3 was released again
+        assert sorted(os.listdir(wires)) == [".lock", "s1.1", "s1.2"]
+    finally:
+        first.stop()
+        second.stop()
+    assert os.path.isdir(wires)  # a named dir is the user's: kept
+    # a killed switch leaves its paths behind; the next one takes them over
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(os.path.join(wires, "s1.1"))
+    dead.close()
+    third = SoftSwitch(wire_dir=wires)
+    try:
+        third.add_loopback_wires([1])
+    finally:
+        third.stop()
+
+
+def test_bad_names_are_refused() -> None:
+    sw = SoftSwitch(name="a.b")
+    try:
+        with pytest.raises(WireError, match=r"switch name 'a\.b' cannot name wire ends"):
+            sw.add_loopback_wires([1])
+    finally:
+        sw.stop()
+    sw = SoftSwitch()
+    try:
+        with pytest.raises(WireError, match=r"bad wire end name '\.\./x'"):
+            sw.add_link(1, "../x")
+        with pytest.raises(WireError, match="port 600 out of range"):
+            sw.add_loopback_wires([600])
+    finally:
+        sw.stop()
+
+
+def test_three_softswitches_linked_port_to_port_sum_exactly() -> None:
+    """leaf1 (h1, h2) and leaf2 (h3, h4), each port 3 linked to root ports 1 and 2 (the
+    tables of tests/test_tree.py): four clients over host wires, every hop a loopback wire."""
+    fab = build_tree()
+    wires = WireDir()
+    switches = {
+        name: SoftSwitch(fab.switches[name], name=name, wire_dir=wires)
+        for name in ("leaf1", "leaf2", "root")
+    }
+    try:
+        for i, leaf in enumerate(("leaf1", "leaf2")):
+            switches[leaf].add_loopback_wires([1, 2])
+            switches[leaf].add_link(3, f"root.{i + 1}")
+            switches["root"].add_link(i + 1, f"{leaf}.3")
+        for sw in switches.values():
+            sw.start()
+        clients = [
+            InaClient(
+                LoopbackWireTransport(port, wires, switch_name=leaf),
+                job_id=1,
+                window=4,
+                initial_rto=0.05,
+            )
+            for leaf in ("leaf1", "leaf2")
+            for port in (1, 2)
+        ]
+        xs = [np.random.default_rng(r).integers(-1000, 1000, 30 * K, np.int32) for r in range(4)]
+        results = run_threads(
+            [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
+        )
+        for c in clients:
+            c.transport.close()
+        expected = np.sum(np.stack(xs).astype(np.int64), axis=0)
+        for res, over in results:
+            assert np.array_equal(res, expected) and not over.any()
+        root_rx = switches["root"].pipeline.port_rx.packets
+        assert root_rx[1] >= 30 and root_rx[2] >= 30  # partial sums came up both links
+        assert all(sw.rx_foreign == 0 for sw in switches.values())
+    finally:
+        for sw in switches.values():
+            sw.stop()
+        wires.cleanup()
+
+
+def softswitch(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "inaemu.softswitch", "--grpc", "127.0.0.1:0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def ready_fields(proc: subprocess.Popen[str]) -> dict[str, str]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line and line[0] == "READY", line
+    return dict(kv.split("=", 1) for kv in line[1:])
+
+
+def test_two_softswitch_processes_linked_by_the_cli_run_a_job(tmp_path: Path) -> None:
+    """s1 (h1 on port 1) --link 2=s2.1, s2 (h2 on port 2) --link 1=s1.2, in one wire dir;
+    the controller programs both over P4Runtime, the job's tree crosses the link."""
+    import asyncio
+
+    from inaemu.controller.jobs import JobSpec
+    from inaemu.controller.p4rt import Controller
+    from inaemu.controller.topology import Topology
+
+    wires = tmp_path / "w"
+    s1 = softswitch("--preconfigured", "--wire-dir", str(wires), "--wires", "1", "--link", "2=s2.1")
+    s2 = softswitch(
+        *("--preconfigured", "--name", "s2", "--device-id", "2", "--wire-dir", str(wires)),
+        *("--wires", "2", "--link", "1=s1.2"),
+    )
+    try:
+        f1, f2 = ready_fields(s1), ready_fields(s2)
+        assert f1["ports"] == "1,2" and f2["ports"] == "1,2"
+        assert f1["wire_dir"] == f2["wire_dir"] == str(wires)
+        assert sorted(os.listdir(wires)) == [".lock", "s1.1", "s1.2", "s2.1", "s2.2"]
+        topo = Topology()
+        topo.add_switch("s1", grpc=f1["grpc"], device_id=1)
+        topo.add_switch("s2", grpc=f2["grpc"], device_id=2)
+        topo.add_host("h1", "10.0.0.1/24", "02:00:00:00:00:01")
+        topo.add_host("h2", "10.0.0.2/24", "02:00:00:00:00:02")
+        topo.link("h1", "s1", b_port=1)
+        topo.link("h2", "s2", b_port=2)
+        topo.link("s1", "s2", a_port=2, b_port=1)
+        topo.validate()
+
+        async def program() -> Controller:
+            ctl = Controller(topo)
+            await ctl.connect()
+            await ctl.add_job(JobSpec(1, ("h1", "h2"), pool_size=8))
+            return ctl
+
+        loop = asyncio.new_event_loop()
+        ctl = loop.run_until_complete(program())
+        try:
+            transports = [
+                LoopbackWireTransport(1, wires, switch_name="s1"),
+                LoopbackWireTransport(2, wires, switch_name="s2"),
+            ]
+            clients = [
+                InaClient(t, job_id=1, window=8, initial_rto=0.05, give_up_after=30)
+                for t in transports
+            ]
+            xs = [np.arange(20 * K, dtype=np.int32) * (r + 1) for r in range(2)]
+            results = run_threads(
+                [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
+            )
+            for t in transports:
+                t.close()
+        finally:
+            loop.run_until_complete(ctl.close())
+            loop.close()
+        for res, over in results:
+            assert np.array_equal(res, xs[0].astype(np.int64) * 3) and not over.any()
+    finally:
+        for proc in (s1, s2):
+            proc.terminate()
+            proc.wait(10)
+    assert s1.returncode == 0 and s2.returncode == 0
+    assert sorted(os.listdir(wires)) == [".lock"]  # a named dir stays; each end was removed
+
+
+def test_softswitch_default_wire_dir_is_removed_at_exit() -> None:
+    proc = softswitch("--wires", "1-2")
+    try:
+        assert proc.stdout is not None
+        fields = dict(kv.split("=", 1) for kv in proc.stdout.readline().split()[1:])
+        wire_dir = fields["wire_dir"]
+        assert sorted(os.listdir(wire_dir)) == [".lock", "s1.1", "s1.2"]
+        assert stat.S_IMODE(os.stat(wire_dir).st_mode) == 0o700
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert proc.returncode == 0 and not os.path.exists(wire_dir)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--wire-dir", "/tmp", "--wires", "1"), "wire dir /tmp is not private"),
+        (("--link", "1=bad/name"), "bad wire end name 'bad/name'"),
+        (("--link", "1"), "--link wants PORT=END (e.g. 5=s2.3), got '1'"),
+        (("--name", "a.b", "--wires", "1"), "switch name 'a.b' cannot name wire ends"),
+        (("--wires", "1", "--link", "1=s2.1"), "s1: port 1 already attached"),
+    ],
+    ids=["shared-dir", "bad-end", "bad-link", "bad-name", "port-twice"],
+)
+def test_softswitch_cli_wire_errors_are_one_line(args: tuple[str, ...], message: str) -> None:
+    proc = softswitch(*args)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("softswitch: ") and message in err, err
+
+
+def test_softswitch_cli_held_wire_end_is_one_line(tmp_path: Path) -> None:
+    wires = tmp_path / "w"
+    first = softswitch("--wire-dir", str(wires), "--wires", "1-2")
+    try:
+        assert first.stdout is not None and first.stdout.readline().startswith("READY")
+        second = softswitch("--wire-dir", str(wires), "--wires", "2")
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 2 and err.count("\n") == 1, err
+        assert f"wire end s1.2 in {wires} is held by another process" in err
+        assert "pick another --wire-dir or --name" in err
+    finally:
+        first.terminate()
+        first.wait(10)
