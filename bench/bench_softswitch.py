@@ -22,7 +22,6 @@ from multiprocessing.synchronize import Event as MpEvent
 
 import numpy as np
 
-from inaemu.controller.model import apply_to_pipeline
 from inaemu.controller.star import Worker, star_job_plan
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
@@ -37,6 +36,7 @@ from inaemu.hostlib.wire import (
 )
 from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.switch import SoftSwitch
 
 WINDOW = 64

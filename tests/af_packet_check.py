@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from inaemu.controller.model import apply_to_pipeline
 from inaemu.controller.star import Worker, star_job_plan
 from inaemu.hostlib.wire import (
     FRAME_BYTES,
@@ -23,6 +22,7 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     parse_frames,
 )
+from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.ports import AfPacketPort
 from inaemu.softswitch.switch import SoftSwitch
 

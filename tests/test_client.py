@@ -256,8 +256,8 @@ def test_transport_port_taken_is_named() -> None:
 
 def test_chunks_striped_over_two_trees() -> None:
     """n_trees=2: chunk i travels on tree (i mod W) mod 2; both trees' entries are used."""
-    from inaemu.controller.model import apply_to_pipeline
     from inaemu.controller.star import star_job_plan
+    from inaemu.softswitch.plan import apply_to_pipeline
 
     ws = workers(3)
     xs = int_inputs(3, 20 * K, seed=9)

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from inaemu.controller.model import (
-    LOSS_TABLE,
-    SwitchPlan,
-    TableWrite,
-    apply_to_pipeline,
-    loss_threshold,
-)
+from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.p4.constants import DropReason
 from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.plan import apply_to_pipeline
 
 ARP = bytes.fromhex(
     "ffffffffffff000000000001080600010800060400010000000000010a0000010000000000000a000002"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from inaemu.controller.jobs import JobError, JobManager, JobSpec, route_plans
-from inaemu.controller.model import apply_to_pipeline
 from inaemu.controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
 from inaemu.p4.constants import INA_SLOTS
+from inaemu.softswitch.plan import apply_to_pipeline
 
 
 def test_json_round_trip(tmp_path: Path) -> None:
