@@ -36,7 +36,9 @@ from inaemu.hostlib.wire import (
 from inaemu.p4.constants import DropReason, Event
 
 HERE = Path(__file__).resolve().parent / "cases"
+# The switch's aggregation address: workers send to it, results come back from it.
 SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
+AGG2 = Endpoint("02:00:00:00:01:fe", "10.0.1.254")  # another one, for per-port entries
 JOB_TABLE = "InaIngress.agg.ina_job"
 CHILD_TABLE = "InaIngress.agg.ina_child"
 EGRESS_TABLE = "InaEgress.rewrite.ina_egress"
@@ -173,13 +175,15 @@ class Case:
             index=index,
         )
 
-    def to_host(self, port: int, ep: Endpoint) -> None:
+    def to_host(self, port: int, ep: Endpoint, agg: Endpoint = SWITCH) -> None:
         self.add(
             EGRESS_TABLE,
             [("standard_metadata.egress_port", port)],
             "InaEgress.rewrite.to_host",
             dmac=mac_int(ep),
             dip=ip_int(ep),
+            smac=mac_int(agg),
+            sip=ip_int(agg),
         )
 
     def mcast(self, mgid: int, handle: int, ports: Sequence[int], rid: int = 0) -> None:
@@ -221,13 +225,14 @@ def star(
     pool: int = 4,
     mgid: int = 1,
     first_port: int = 1,
+    agg: Endpoint = SWITCH,
 ) -> list[int]:
     """A one-switch job: hosts on ports first_port.., child index = port order."""
     ports = list(range(first_port, first_port + n))
     case.job(job, 0, base=base, pool=pool, fanin=n, mgid=mgid)
     for i, p in enumerate(ports):
         case.child(job, 0, p, i)
-        case.to_host(p, host(p))
+        case.to_host(p, host(p), agg)
     case.mcast(mgid, mgid - 1, ports)
     return ports
 
@@ -239,13 +244,21 @@ def result_to(
     *,
     contrib: int,
     overflow: bool = False,
-    to_host: bool = True,
+    agg: Endpoint = SWITCH,
 ) -> Ina:
-    """The result copy the switch sends out `port` after `last` completed the slot."""
+    """The result copy the switch sends out host port `port` after `last` completed the slot:
+    to the host's MAC and IP, from the aggregation address `agg` (the port's to_host entry)."""
     flags = int(Flag.RESULT) | (int(Flag.OVERFLOW) if overflow else 0)
-    dst = Endpoint(host(port).mac, host(port).ip) if to_host else last.dst
-    # Only eth.dst and ip.dst are rewritten: eth.src / ip.src stay the last sender's.
-    return replace(last, dst=dst, values=lanes_of(values), flags=flags, contrib=contrib, udp_csum=0)
+    # The UDP ports stay the last sender's (47500 both); the rest of the header is rewritten.
+    return replace(
+        last,
+        src=Endpoint(agg.mac, agg.ip, last.src.udp_port),
+        dst=Endpoint(host(port).mac, host(port).ip, last.dst.udp_port),
+        values=lanes_of(values),
+        flags=flags,
+        contrib=contrib,
+        udp_csum=0,
+    )
 
 
 # ---------------------------------------------------------------------------- cases
@@ -472,10 +485,12 @@ def case_two_jobs() -> Case:
         """
 Two jobs share the switch with disjoint pools (job 1: base 0, ports 1-2; job 2: base 4,
 ports 3-4) and use the same slot numbers, interleaved. Each gets exactly its own sums, and
-job 2's worker cannot write into job 1 (not a member).""",
+job 2's worker cannot write into job 1 (not a member). Ports 3-4's to_host entries name
+another aggregation address: results leave from the entry's address, whatever the packet
+was sent to.""",
     )
     star(c, 2, job=1, base=0, mgid=1)
-    star(c, 2, job=2, base=4, mgid=2, first_port=3)
+    star(c, 2, job=2, base=4, mgid=2, first_port=3, agg=AGG2)
     a = [Ina(host(p), SWITCH, (p, 100), job=1, slot=0, seq=0) for p in (1, 2)]
     b = [Ina(host(p), SWITCH, (p * 1000, 7), job=2, slot=0, seq=0) for p in (3, 4)]
     c.packet(1, a[0])
@@ -487,7 +502,7 @@ job 2's worker cannot write into job 1 (not a member).""",
         c.expect(p, result_to(p, a[1], (3, 200), contrib=2))
     c.packet(4, b[1])
     for p in (3, 4):
-        c.expect(p, result_to(p, b[1], (7000, 14), contrib=2))
+        c.expect(p, result_to(p, b[1], (7000, 14), contrib=2, agg=AGG2))
     c.drops(DropReason.NOT_MEMBER, 1)
     return c
 
@@ -525,14 +540,11 @@ Afterwards a worker's retransmission is answered locally.""",
     c.packet(1, parent_result)
     c.packet(3, parent_result)
     for p in (1, 2):
-        c.expect(p, replace(parent_result, dst=host(p)))
+        c.expect(p, result_to(p, parent_result, (7, 70), contrib=4))
     c.comment("worker 2 missed it: answered by the leaf itself")
     retx2 = replace(pkts[1], flags=int(Flag.RETX))
     c.packet(2, retx2)
-    c.expect(
-        2,
-        replace(retx2, dst=host(2), values=(7, 70), flags=int(Flag.RESULT), contrib=4, udp_csum=0),
-    )
+    c.expect(2, result_to(2, retx2, (7, 70), contrib=4))
     c.drops(DropReason.STALE, 1)
     c.drops(DropReason.UNEXPECTED_RESULT, 1)
     c.events(Event.COMPLETE_UP, 1)

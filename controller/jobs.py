@@ -4,7 +4,8 @@ make them real on every switch a job crosses. Pure planning: no I/O.
 `JobManager.plan_add(spec)` computes everything and refuses clearly (pool full, unknown host,
 unreachable worker, ...) without changing its state; `commit_add` records the job once the
 entries are on the switches. `plan_remove` / `commit_remove` are the inverse. The ina_egress
-entry of a host port is shared by every job with a worker there (reference counted).
+entry of a host port is shared by every job with a worker there (reference counted); it
+addresses result copies from the switch's aggregation address to the host.
 """
 
 from __future__ import annotations
@@ -84,10 +85,19 @@ def add_tree_node(
     plan.groups.append(MulticastGroup(mgid, tuple(node.child_ports)))
 
 
-def host_rewrite(port: int, mac: str, ip: str) -> TableWrite:
-    """The ina_egress entry that addresses result copies leaving `port` to its host."""
+def host_rewrite(port: int, mac: str, ip: str, agg_mac: str, agg_ip: str) -> TableWrite:
+    """The ina_egress entry that addresses result copies leaving `port` to its host (`mac`,
+    `ip`), from the switch's aggregation address (`agg_mac`, `agg_ip`: what workers send to)."""
     return TableWrite(
-        EGRESS_TABLE, (port,), "to_host", (int.from_bytes(mac_bytes(mac), "big"), ip_int(ip))
+        EGRESS_TABLE,
+        (port,),
+        "to_host",
+        (
+            int.from_bytes(mac_bytes(mac), "big"),
+            ip_int(ip),
+            int.from_bytes(mac_bytes(agg_mac), "big"),
+            ip_int(agg_ip),
+        ),
     )
 
 
@@ -243,7 +253,7 @@ class JobManager:
                 add_tree_node(plans[sw], spec.job_id, t, n, pools[sw], mgids[(sw, t)])
         for sw, port, host in self._host_ports(trees):
             if self.egress_refs.get((sw, port), 0) == 0:
-                plans[sw].tables.append(self._egress_write(port, host))
+                plans[sw].tables.append(self._egress_write(sw, port, host))
         return JobRecord(spec, trees, pools, mgids, plans)
 
     @staticmethod
@@ -255,9 +265,9 @@ class JobManager:
                     seen[(sw, port)] = host
         return [(sw, port, host) for (sw, port), host in sorted(seen.items())]
 
-    def _egress_write(self, port: int, host: str) -> TableWrite:
-        h = self.topo.hosts[host]
-        return host_rewrite(port, h.mac, h.ip)
+    def _egress_write(self, switch: str, port: int, host: str) -> TableWrite:
+        h, sw = self.topo.hosts[host], self.topo.switches[switch]
+        return host_rewrite(port, h.mac, h.ip, sw.agg_mac, sw.agg_ip)
 
     def commit_add(self, record: JobRecord) -> None:
         spec = record.spec
@@ -283,7 +293,7 @@ class JobManager:
             plans[sw].groups = list(plan.groups)
         for sw, port, host in self._host_ports(record.trees):
             if self.egress_refs.get((sw, port), 0) == 1:
-                plans[sw].tables.append(self._egress_write(port, host))
+                plans[sw].tables.append(self._egress_write(sw, port, host))
         return plans
 
     def commit_remove(self, job_id: int) -> None:

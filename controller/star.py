@@ -10,8 +10,11 @@ from dataclasses import dataclass
 
 from inaemu.controller.jobs import TreeNode, add_tree_node, host_rewrite
 from inaemu.controller.model import SwitchPlan
+from inaemu.controller.topology import Switch
 from inaemu.hostlib.wire import MAX_FANIN
 from inaemu.p4.constants import INA_SLOTS
+
+_DEFAULT_SWITCH = Switch("s1")  # the topology's default aggregation address
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,14 @@ def star_job_plan(
     pool_size: int,
     mgid: int,
     n_trees: int = 1,
+    agg_mac: str = _DEFAULT_SWITCH.agg_mac,
+    agg_ip: str = _DEFAULT_SWITCH.agg_ip,
 ) -> SwitchPlan:
     """Entries for `job_id` on one switch with `workers`, slots [base, base + pool_size).
 
     With several trees, each tree gets its own ina_job entry over the same pool (chunk i uses
     tree (i mod W) mod T, so trees never share a slot) and its own multicast group mgid + t.
+    Results leave from the switch's aggregation address `agg_mac`, `agg_ip`.
     """
     if not 1 <= len(workers) <= MAX_FANIN:
         raise ValueError(f"a job needs 1..{MAX_FANIN} workers per switch, got {len(workers)}")
@@ -47,5 +53,5 @@ def star_job_plan(
     node = TreeNode("s1", is_root=True, child_ports=[w.port for w in workers])
     for tree in range(n_trees):
         add_tree_node(plan, job_id, tree, node, (base, pool_size), mgid + tree)
-    plan.tables += [host_rewrite(w.port, w.mac, w.ip) for w in workers]
+    plan.tables += [host_rewrite(w.port, w.mac, w.ip, agg_mac, agg_ip) for w in workers]
     return plan

@@ -383,9 +383,11 @@ class Pipeline:
         if ina_valid:
             entry = self.ina_egress.lookup((egress_port,))
             if entry is not None:
-                dmac, dip = entry.action.params
+                dmac, dip, smac, sip = entry.action.params
                 pkt[0:6] = dmac.to_bytes(6, "big")
                 pkt[IP_OFF + 16 : IP_OFF + 20] = dip.to_bytes(4, "big")
+                pkt[6:12] = smac.to_bytes(6, "big")
+                pkt[IP_OFF + 12 : IP_OFF + 16] = sip.to_bytes(4, "big")
             pkt[UDP_OFF + 6 : UDP_OFF + 8] = b"\0\0"
         # EgressCounters (bmv2 counts the packet's ingress length)
         self.port_tx.count(egress_port, length)

@@ -92,3 +92,9 @@ def test_softswitch_serves_the_same_objects() -> None:
     regs = {r.preamble.name: r.size for r in p4info.message.registers}
     assert regs["InaIngress.agg.reg_lanes"] == pipe.registers.lanes.size
     assert regs["InaIngress.agg.reg_bitmap"] == len(pipe.registers.bitmap)
+
+
+def test_host_rewrite_sets_both_addresses() -> None:
+    """to_host(dmac, dip, smac, sip): results leave to the host, from the switch."""
+    params = [(p.name, p.bitwidth) for p in load_p4info().action("to_host").params]
+    assert params == [("dmac", 48), ("dip", 32), ("smac", 48), ("sip", 32)]

@@ -1211,7 +1211,13 @@ def job_entities() -> list[P4Entity]:
             fy.P4TableEntry(
                 "ina_egress",
                 match=fy.P4TableMatch({"standard_metadata.egress_port": port}),
-                action=fy.P4TableAction("to_host", dmac=HOSTS[port].mac, dip=HOSTS[port].ip),
+                action=fy.P4TableAction(
+                    "to_host",
+                    dmac=HOSTS[port].mac,
+                    dip=HOSTS[port].ip,
+                    smac=SWITCH.mac,
+                    sip=SWITCH.ip,
+                ),
             )
         )
     return entities

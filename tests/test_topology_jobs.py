@@ -10,6 +10,7 @@ import pytest
 
 from inaemu.controller.jobs import JobError, JobManager, JobSpec, route_plans
 from inaemu.controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
+from inaemu.hostlib.wire import ip_int
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.plan import apply_to_pipeline
 
@@ -237,3 +238,26 @@ def test_routes_forward_between_leaves() -> None:
     # h2 (10.0.0.2) lives behind the spine: l1 sends it up port 2
     entry = pipe.ipv4_lpm.lookup((0x0A000002,))
     assert entry is not None and entry.action.params[1] == 2
+
+
+def test_results_leave_from_the_switch_aggregation_address() -> None:
+    """Every ina_egress entry: to the host, from its switch's agg_mac / agg_ip."""
+    topo = leaf_spine(2, 1, 2)
+    topo.switches["l2"] = replace(
+        topo.switches["l2"], agg_ip="10.9.9.9", agg_mac="02:09:09:09:09:09"
+    )
+    jm = JobManager(topo)
+    rec = jm.plan_add(JobSpec(1, tuple(topo.hosts), pool_size=4))
+    rewrites = {
+        (sw, w.key[0]): w.params
+        for sw, plan in rec.plans.items()
+        for w in plan.tables
+        if w.table.endswith("ina_egress")
+    }
+    assert set(rewrites) == {topo.host_attachment(h) for h in topo.hosts}
+    for (sw, port), (dmac, dip, smac, sip) in rewrites.items():
+        host = next(h for h in topo.hosts.values() if topo.host_attachment(h.name) == (sw, port))
+        agg = topo.switches[sw]
+        assert (dmac, dip) == (int(host.mac.replace(":", ""), 16), ip_int(host.ip))
+        assert (smac, sip) == (int(agg.agg_mac.replace(":", ""), 16), ip_int(agg.agg_ip))
+    assert {params[3] for params in rewrites.values()} == {ip_int("10.0.0.254"), ip_int("10.9.9.9")}

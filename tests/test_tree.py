@@ -13,6 +13,7 @@ from inaemu.hostlib.wire import (
     InaHeader,
     K,
     Opcode,
+    ip_int,
     pack_frames,
     pack_payloads,
     parse_frames,
@@ -22,8 +23,9 @@ from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.state import ActionCall, TableEntry
 
-SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
+SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")  # every switch's aggregation address
 HOSTS = {f"h{i}": Endpoint(f"00:00:00:00:00:{i:02x}", f"10.0.0.{i}") for i in range(1, 5)}
+SWITCH_MAC = int(SWITCH.mac.replace(":", ""), 16)
 
 
 def build() -> Fabric:
@@ -41,8 +43,8 @@ def build() -> Fabric:
             fab.attach_host(h, leaf, i + 1)
             sw.ina_child.insert(TableEntry((1, 0, i + 1), ActionCall("set_child", (i,))))
             mac = int(HOSTS[h].mac.replace(":", ""), 16)
-            ip = int.from_bytes(bytes(int(x) for x in HOSTS[h].ip.split(".")), "big")
-            sw.ina_egress.insert(TableEntry((i + 1,), ActionCall("to_host", (mac, ip))))
+            rewrite = (mac, ip_int(HOSTS[h].ip), SWITCH_MAC, ip_int(SWITCH.ip))
+            sw.ina_egress.insert(TableEntry((i + 1,), ActionCall("to_host", rewrite)))
     root = fab.switches["root"]
     root.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 1, 0))))
     root.multicast.insert(1, [(1, 0), (2, 0)])
@@ -76,9 +78,10 @@ def check_results(
         assert int(rec["contrib"]) == 4
         assert int(rec["ver_flags"]) & 0xF == Flag.RESULT
         assert InaHeader.unpack(data[INA_OFFSET:]).seq == 0
-        assert int(rec["ip_dst"]) == int.from_bytes(
-            bytes(int(x) for x in HOSTS[host].ip.split(".")), "big"
-        )
+        # to the host, from its leaf's aggregation address (not from a worker)
+        assert int(rec["ip_dst"]) == ip_int(HOSTS[host].ip)
+        assert int(rec["ip_src"]) == ip_int(SWITCH.ip)
+        assert bytes(rec["eth_src"]) == bytes.fromhex(SWITCH.mac.replace(":", ""))
 
 
 def test_two_level_tree_sums_all_four_workers() -> None:
