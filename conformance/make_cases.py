@@ -31,6 +31,7 @@ from inaemu.hostlib.wire import (
     Opcode,
     pack_frames,
     pack_payloads,
+    seq_field,
     slot_field,
 )
 from inaemu.p4.constants import DropReason, Event
@@ -150,6 +151,7 @@ class Case:
         mgid: int,
         root: bool = True,
         parent_port: int = 0,
+        epoch: int = 1,
     ) -> None:
         self.add(
             JOB_TABLE,
@@ -161,6 +163,7 @@ class Case:
             child_mgid=mgid,
             is_root=int(root),
             parent_port=parent_port,
+            epoch=epoch,
         )
 
     def child(self, job: int, tree: int, port: int, index: int) -> None:
@@ -225,14 +228,18 @@ def star(
     pool: int = 4,
     mgid: int = 1,
     first_port: int = 1,
+    epoch: int = 1,
     agg: Endpoint = SWITCH,
+    tree: int = 0,
+    host_entries: bool = True,
 ) -> list[int]:
     """A one-switch job: hosts on ports first_port.., child index = port order."""
     ports = list(range(first_port, first_port + n))
-    case.job(job, 0, base=base, pool=pool, fanin=n, mgid=mgid)
+    case.job(job, tree, base=base, pool=pool, fanin=n, mgid=mgid, epoch=epoch)
     for i, p in enumerate(ports):
-        case.child(job, 0, p, i)
-        case.to_host(p, host(p), agg)
+        case.child(job, tree, p, i)
+        if host_entries:
+            case.to_host(p, host(p), agg)
     case.mcast(mgid, mgid - 1, ports)
     return ports
 
@@ -381,7 +388,8 @@ def case_stale_copies() -> Case:
         """
 Copies that outlive their round are dropped as DROP_STALE instead of corrupting the next use
 of the cell (W=1, so chunk i uses slot 0, set i mod 2): a late copy of the completed use from
-a worker that has moved on, and a copy of an old chunk arriving mid-way through a new use.""",
+a worker that has moved on, a copy of an old chunk arriving mid-way through a new use, and a
+copy of an old chunk whose sender's bit is set in a later use (not a retransmission of it).""",
     )
     ports = star(c, 2, pool=1)
 
@@ -404,8 +412,12 @@ a worker that has moved on, and a copy of an old chunk arriving mid-way through 
     c.packet(2, chunk(2, 2))
     for p in ports:
         c.expect(p, result_to(p, chunk(2, 2), (6, 3), contrib=2))
-    c.drops(DropReason.STALE, 2)
+    c.comment("a copy of worker 1's chunk 0 after chunk 2 completed set 0: its bit is set, but")
+    c.comment("the cell holds seq 2, so it is no retransmission: stale, never answered")
+    c.packet(1, replace(chunk(1, 0), flags=int(Flag.RETX)))
+    c.drops(DropReason.STALE, 3)
     c.events(Event.FIRST, 3)
+    c.events(Event.RETX_REPLY, 0)
     return c
 
 
@@ -582,6 +594,182 @@ result was lost) is answered with the result on that port only.""",
     return c
 
 
+def case_rerun() -> Case:
+    c = Case(
+        "rerun_from_zero",
+        """
+The job's workers run twice on the same installation and number their chunks from 0 both
+times; the run id (the top 16 bits of seq) is 1, then 2. W = 2, 2 workers. Run 1 completes
+chunks 0-2, so slot 0 set 0 holds chunk 0's result with both workers' bits set: exactly what a
+retransmission of run 2's chunk 0 would find, were it not for the run. Run 2's first packet in
+each slot takes the slot over (TAKEOVER: both sets cleared), and every result is run 2's own
+sum. A lost result in run 2 is still recovered from the cell (RETX).""",
+    )
+    ports = star(c, 2, pool=2)
+
+    def chunk(run: int, p: int, i: int) -> Ina:
+        return Ina(
+            host(p),
+            SWITCH,
+            (run * 100 + i * 10 + p, -p),
+            slot=i % 2,
+            set_=(i // 2) % 2,
+            seq=seq_field(run, i),
+        )
+
+    for run in (1, 2):
+        c.comment(f"run {run}: chunks 0, 1, 2")
+        for i in range(3):
+            for p in ports:
+                c.packet(p, chunk(run, p, i))
+            for p in ports:
+                c.expect(
+                    p, result_to(p, chunk(run, 2, i), (2 * (run * 100 + i * 10) + 3, -3), contrib=2)
+                )
+        if run == 2:
+            c.comment("worker 1 lost run 2's result of chunk 1: its retransmission is answered")
+            retx = replace(chunk(2, 1, 1), flags=int(Flag.RETX))
+            c.packet(1, retx)
+            c.expect(1, result_to(1, retx, (2 * 210 + 3, -3), contrib=2))
+    c.events(Event.TAKEOVER, 4)
+    c.events(Event.FIRST, 6)
+    c.events(Event.COMPLETE_ROOT, 6)
+    c.events(Event.RETX_REPLY, 1)
+    c.drops(DropReason.DUPLICATE, 0)
+    c.drops(DropReason.STALE, 0)
+    return c
+
+
+def case_pool_reuse() -> Case:
+    c = Case(
+        "pool_reuse",
+        """
+Job 1 (ports 1-2) had slots [0, 2); it was removed and the pool given to job 2 (ports 3-4,
+the same child indexes). Job 1 left slot 0 set 0 with a result (READY, both bits set, seq 0)
+and slot 1 set 0 half full (worker 1's chunk 1). Job 2's first packet in each slot takes the
+slot over: job 2 gets exactly its own sums, never job 1's (no retransmission answer with job
+1's result, no sum with job 1's partial), and its own lost result is recovered. STF cannot
+delete entries, so job 1's stay, unused; both jobs carry epoch 1 here, so that the job id
+alone tells the owners apart (the controller would also give job 2 a new epoch).""",
+    )
+    star(c, 2, job=1, base=0, pool=2, mgid=1)
+    star(c, 2, job=2, base=0, pool=2, mgid=2, first_port=3)
+
+    def chunk(job: int, p: int, i: int, values: tuple[int, ...]) -> Ina:
+        return Ina(host(p), SWITCH, values, job=job, slot=i % 2, seq=i)
+
+    c.comment("job 1: chunk 0 completes, chunk 1 only from worker 1 (then the job is removed)")
+    a0 = [chunk(1, p, 0, (p, 1000)) for p in (1, 2)]
+    for p, pkt in zip((1, 2), a0, strict=True):
+        c.packet(p, pkt)
+    for p in (1, 2):
+        c.expect(p, result_to(p, a0[1], (3, 2000), contrib=2))
+    c.packet(1, chunk(1, 1, 1, (77, 77)))
+    c.comment("job 2, chunk 0: port 3 (child 0) finds child 0's bit set and seq 0 in a READY")
+    c.comment("cell, but the slot is job 1's: taken over, not answered with job 1's sum")
+    b0 = [chunk(2, p, 0, (p * 10, 5)) for p in (3, 4)]
+    for p, pkt in zip((3, 4), b0, strict=True):
+        c.packet(p, pkt)
+    for p in (3, 4):
+        c.expect(p, result_to(p, b0[1], (70, 10), contrib=2))
+    c.comment("job 2, chunk 1: taken over from job 1's half-full cell, not added to it")
+    b1 = [chunk(2, p, 1, (p, -p)) for p in (4, 3)]
+    for p, pkt in zip((4, 3), b1, strict=True):
+        c.packet(p, pkt)
+    for p in (3, 4):
+        c.expect(p, result_to(p, b1[1], (7, -7), contrib=2))
+    c.comment("job 2's worker on port 3 lost chunk 0's result: answered with job 2's sum")
+    retx = replace(b0[0], flags=int(Flag.RETX))
+    c.packet(3, retx)
+    c.expect(3, result_to(3, retx, (70, 10), contrib=2))
+    c.events(Event.TAKEOVER, 4)
+    c.events(Event.COMPLETE_ROOT, 3)
+    c.events(Event.RETX_REPLY, 1)
+    c.drops(DropReason.DUPLICATE, 0)
+    return c
+
+
+def case_abandoned_round() -> Case:
+    c = Case(
+        "abandoned_round",
+        """
+A round abandoned half-way (a worker died) leaves a cell counting 1 of 2. W = 1 (slot 0,
+chunk i in set i mod 2), 2 workers. Run 1 ends after worker 1's chunk 0. The job is rerun
+(run 2): its first packet takes the slot over, so worker 1's new chunk 0 is not dropped as a
+duplicate and its old contribution is not summed in. Run 2 is abandoned too, after worker 1's
+chunk 1 (set 1). The job is then reinstalled (a new epoch) and its workers start again with
+the same run id: the new installation's first packet (chunk 0, set 0) takes the slot over and
+clears both sets, so chunk 1 in set 1 is not taken for a duplicate of the abandoned one.
+STF cannot delete or modify entries: the reinstallation is job 1's tree 1 entry over the same
+pool with epoch 2, which presents the data plane with what a reinstallation does (a slot's
+owner is job, epoch and run; the tree is not part of it).""",
+    )
+    ports = star(c, 2, pool=1)
+    star(c, 2, pool=1, mgid=2, tree=1, epoch=2, host_entries=False)
+
+    def chunk(run: int, p: int, i: int, values: tuple[int, ...], tree: int = 0) -> Ina:
+        return Ina(host(p), SWITCH, values, tree=tree, set_=i % 2, seq=seq_field(run, i))
+
+    c.comment("run 1: worker 1's chunk 0, then worker 2 dies")
+    c.packet(1, chunk(1, 1, 0, (5, 5)))
+    c.comment("run 2 from chunk 0")
+    r2 = [chunk(2, p, 0, (p, 10 * p)) for p in ports]
+    for p, pkt in zip(ports, r2, strict=True):
+        c.packet(p, pkt)
+    for p in ports:
+        c.expect(p, result_to(p, r2[1], (3, 30), contrib=2))
+    c.comment("run 2, chunk 1: worker 1 only, then worker 2 dies again")
+    c.packet(1, chunk(2, 1, 1, (9, 9)))
+    c.comment("reinstalled (epoch 2, here tree 1), run 2 again from chunk 0")
+    again = [chunk(2, p, 0, (100 * p, p), tree=1) for p in (2, 1)]
+    for p, pkt in zip((2, 1), again, strict=True):
+        c.packet(p, pkt)
+    for p in ports:
+        c.expect(p, result_to(p, again[1], (300, 3), contrib=2))
+    again1 = [chunk(2, p, 1, (-p, p), tree=1) for p in ports]
+    for p, pkt in zip(ports, again1, strict=True):
+        c.packet(p, pkt)
+    for p in ports:
+        c.expect(p, result_to(p, again1[1], (-3, 3), contrib=2))
+    c.events(Event.TAKEOVER, 3)
+    c.events(Event.FIRST, 5)
+    c.events(Event.COMPLETE_ROOT, 3)
+    c.drops(DropReason.DUPLICATE, 0)
+    c.drops(DropReason.STALE, 0)
+    return c
+
+
+def case_tree_leaf_owner() -> Case:
+    c = Case(
+        "tree_leaf_owner",
+        """
+A RESULT is stored only into a slot its job owns. A leaf switch (parent on port 3) holds job 1
+(ports 1-2) and job 2 (ports 4-5) over the same pool. Job 1's workers send chunk 5 up; a
+RESULT for job 2 with the same slot and seq then comes from the parent: the slot is job 1's,
+so it is dropped as STALE (not stored into job 1's cell, not sent to job 2's workers). Job 1's
+own RESULT is stored and multicast.""",
+    )
+    for job, ports, mgid in ((1, (1, 2), 1), (2, (4, 5), 2)):
+        c.job(job, 0, base=0, pool=4, fanin=2, mgid=mgid, root=False, parent_port=3)
+        for i, p in enumerate(ports):
+            c.child(job, 0, p, i)
+            c.to_host(p, host(p))
+        c.mcast(mgid, mgid - 1, ports)
+    pkts = [Ina(host(p), SWITCH, (p, 10 * p), seq=5) for p in (1, 2)]
+    for p, pkt in zip((1, 2), pkts, strict=True):
+        c.packet(p, pkt)
+    c.expect(3, replace(pkts[1], values=(3, 30), contrib=2, udp_csum=0))
+    result = Ina(host(9), SWITCH, (7, 70), seq=5, flags=int(Flag.RESULT), contrib=4, udp_csum=0)
+    c.comment("job 2's RESULT for the same slot and seq: the slot is job 1's")
+    c.packet(3, replace(result, job=2))
+    c.packet(3, result)
+    for p in (1, 2):
+        c.expect(p, result_to(p, result, (7, 70), contrib=4))
+    c.drops(DropReason.STALE, 1)
+    c.events(Event.PARENT_RESULT, 1)
+    return c
+
+
 UDP_5001 = bytes.fromhex("13891389000d0000") + b"hello"  # ordinary UDP to port 5001
 
 
@@ -737,7 +925,11 @@ CASES = [
     case_saturation(),
     case_two_jobs(),
     case_tree_leaf(),
+    case_tree_leaf_owner(),
     case_tree_root(),
+    case_rerun(),
+    case_pool_reuse(),
+    case_abandoned_round(),
     case_ipv4(),
     case_loss(),
     case_count_wrap(),

@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import multiprocessing as mp
 import queue
+import secrets
 import select
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from inaemu.controller.jobs import JobSpec
 from inaemu.controller.p4rt import Controller
 from inaemu.controller.stats import StatsReport
 from inaemu.controller.topology import Topology, star
-from inaemu.hostlib.wire import FRAME_BYTES, K
+from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
 
 JOB_ID = 1
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
@@ -52,6 +53,7 @@ class DemoOptions:
     seed: int = 1
     progress: bool = True
     timeout: float = 30.0  # a worker gives up after this long without progress
+    run: int | None = None  # the workers' run id; None: the parent draws a fresh one
 
 
 @dataclass
@@ -131,6 +133,7 @@ def _worker(
             job_id=JOB_ID,
             window=opts.window,
             n_workers=opts.workers,
+            run=opts.run or 0,  # the parent's, the same for every worker
             give_up_after=opts.timeout,
             on_progress=progress,
         )
@@ -287,7 +290,9 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
     if opts.codec not in CODECS:
         raise DemoError(f"unknown codec {opts.codec!r}; choose from {', '.join(sorted(CODECS))}")
     switch, grpc, wire_dir = _start_switch(opts)
-    opts = replace(opts, wire_dir=wire_dir)  # the workers' wires
+    # the workers' wires, and one fresh run id for all of them (docs/protocol.md, section 5)
+    run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
+    opts = replace(opts, wire_dir=wire_dir, run=run)
     ctx = mp.get_context("spawn")  # no fork after gRPC threads started
     procs: list[Any] = []
     loop = asyncio.new_event_loop()

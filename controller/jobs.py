@@ -6,10 +6,18 @@ unreachable worker, ...) without changing its state; `commit_add` records the jo
 entries are on the switches. `plan_remove` / `commit_remove` are the inverse. The ina_egress
 entry of a host port is shared by every job with a worker there (reference counted); it
 addresses result copies from the switch's aggregation address to the host.
+
+Every installation of a job on a switch gets a new epoch (the agg_node parameter the switch
+puts in each slot's owner): a per-switch counter, 1..65535 and round again, advanced by every
+committed installation. A slot's state from an earlier installation, or from another job that
+had the pool before, is then never taken for this one's (docs/protocol.md, "Runs and
+installations"). The counters are part of the manager's state: whoever keeps the jobs across
+processes keeps `epochs` too and hands them back (`JobManager(topo, epochs=...)`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from inaemu.controller.model import (
@@ -26,6 +34,12 @@ from inaemu.hostlib.wire import MAX_FANIN, ip_int, mac_bytes
 from inaemu.p4.constants import INA_SLOTS
 
 MAX_MGID = 0xFFFF
+MAX_EPOCH = 0xFFFF  # agg_node's epoch is bit<16>
+
+
+def next_epoch(last: int) -> int:
+    """The epoch after `last`: 1..MAX_EPOCH, then 1 again (0 is never issued)."""
+    return last % MAX_EPOCH + 1
 
 
 class JobError(ValueError):
@@ -59,6 +73,7 @@ class JobRecord:
     pools: dict[str, tuple[int, int]]  # switch -> (base, size)
     mgids: dict[tuple[str, int], int]  # (switch, tree) -> multicast group
     plans: dict[str, SwitchPlan]
+    epochs: dict[str, int] = field(default_factory=dict)  # switch -> this installation's epoch
 
     @property
     def switches(self) -> list[str]:
@@ -66,18 +81,26 @@ class JobRecord:
 
 
 def add_tree_node(
-    plan: SwitchPlan, job_id: int, tree: int, node: TreeNode, pool: tuple[int, int], mgid: int
+    plan: SwitchPlan,
+    job_id: int,
+    tree: int,
+    node: TreeNode,
+    pool: tuple[int, int],
+    mgid: int,
+    epoch: int,
 ) -> None:
     """The entries that make `node` one switch of tree `tree` of the job: its ina_job entry
-    (pool, fan-in, group, root or parent port), one ina_child entry per child (child index =
-    position) and the multicast group to its children."""
+    (pool, fan-in, group, root or parent port, this installation's epoch), one ina_child entry
+    per child (child index = position) and the multicast group to its children."""
     base, size = pool
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise JobError(f"epoch {epoch} does not fit 16 bits")
     plan.tables.append(
         TableWrite(
             JOB_TABLE,
             (job_id, tree),
             "agg_node",
-            (base, size, len(node.child_ports), mgid, int(node.is_root), node.parent_port),
+            (base, size, len(node.child_ports), mgid, int(node.is_root), node.parent_port, epoch),
         )
     )
     for index, port in enumerate(node.child_ports):
@@ -185,12 +208,21 @@ class SlotPool:
 
 
 class JobManager:
-    def __init__(self, topo: Topology) -> None:
+    def __init__(self, topo: Topology, *, epochs: Mapping[str, int] | None = None) -> None:
+        """`epochs`: the last epoch issued per switch, as a previous manager's `epochs` (so
+        that an installation after a restart of the controller still gets a new one)."""
         self.topo = topo.validate()
         self.pools = {sw: SlotPool() for sw in topo.switches}
         self.jobs: dict[int, JobRecord] = {}
         self.mgids: dict[str, set[int]] = {sw: set() for sw in topo.switches}
         self.egress_refs: dict[tuple[str, int], int] = {}  # (switch, host port) -> jobs
+        self.epochs: dict[str, int] = {sw: 0 for sw in topo.switches}  # last issued
+        for sw, last in (epochs or {}).items():
+            if sw not in self.epochs:
+                raise JobError(f"epochs given for switch {sw!r}, which the topology lacks")
+            if not 0 <= last <= MAX_EPOCH:
+                raise JobError(f"switch {sw!r}: epoch {last} does not fit 16 bits")
+            self.epochs[sw] = last
 
     # ------------------------------------------------------------------ add
 
@@ -247,14 +279,15 @@ class JobManager:
                 taken[sw].add(free)
                 mgids[(sw, t)] = free
 
+        epochs = {sw: next_epoch(self.epochs[sw]) for sw in pools}
         plans = {sw: SwitchPlan() for sw in pools}
         for t, tree in enumerate(trees):
             for sw, n in tree.items():
-                add_tree_node(plans[sw], spec.job_id, t, n, pools[sw], mgids[(sw, t)])
+                add_tree_node(plans[sw], spec.job_id, t, n, pools[sw], mgids[(sw, t)], epochs[sw])
         for sw, port, host in self._host_ports(trees):
             if self.egress_refs.get((sw, port), 0) == 0:
                 plans[sw].tables.append(self._egress_write(sw, port, host))
-        return JobRecord(spec, trees, pools, mgids, plans)
+        return JobRecord(spec, trees, pools, mgids, plans, epochs)
 
     @staticmethod
     def _host_ports(trees: list[dict[str, TreeNode]]) -> list[tuple[str, int, str]]:
@@ -277,6 +310,8 @@ class JobManager:
             self.mgids[sw].add(mgid)
         for sw, port, _ in self._host_ports(record.trees):
             self.egress_refs[(sw, port)] = self.egress_refs.get((sw, port), 0) + 1
+        for sw, epoch in record.epochs.items():
+            self.epochs[sw] = epoch
         self.jobs[spec.job_id] = record
 
     # ------------------------------------------------------------------ remove

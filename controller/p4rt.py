@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +60,12 @@ class Controller:
         election_id: int = 10,
         push_pipeline: bool = False,
         force_push: bool = False,
+        epochs: Mapping[str, int] | None = None,
     ) -> None:
         self.topology = topology.validate()
-        self.jobs = JobManager(topology)
+        # epochs: the last epoch per switch of an earlier controller (its `jobs.epochs`), so
+        # that installations after a restart still get new ones (docs/protocol.md, section 5)
+        self.jobs = JobManager(topology, epochs=epochs)
         self.files = pipeline or PipelineFiles()
         self.election_id = election_id
         self.push_pipeline = push_pipeline

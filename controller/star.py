@@ -32,6 +32,7 @@ def star_job_plan(
     pool_size: int,
     mgid: int,
     n_trees: int = 1,
+    epoch: int = 1,
     agg_mac: str = _DEFAULT_SWITCH.agg_mac,
     agg_ip: str = _DEFAULT_SWITCH.agg_ip,
 ) -> SwitchPlan:
@@ -39,7 +40,8 @@ def star_job_plan(
 
     With several trees, each tree gets its own ina_job entry over the same pool (chunk i uses
     tree (i mod W) mod T, so trees never share a slot) and its own multicast group mgid + t.
-    Results leave from the switch's aggregation address `agg_mac`, `agg_ip`.
+    `epoch` is this installation's (a reinstallation over the same pool needs another one);
+    results leave from the switch's aggregation address `agg_mac`, `agg_ip`.
     """
     if not 1 <= len(workers) <= MAX_FANIN:
         raise ValueError(f"a job needs 1..{MAX_FANIN} workers per switch, got {len(workers)}")
@@ -52,6 +54,6 @@ def star_job_plan(
     plan = SwitchPlan()
     node = TreeNode("s1", is_root=True, child_ports=[w.port for w in workers])
     for tree in range(n_trees):
-        add_tree_node(plan, job_id, tree, node, (base, pool_size), mgid + tree)
+        add_tree_node(plan, job_id, tree, node, (base, pool_size), mgid + tree, epoch)
     plan.tables += [host_rewrite(w.port, w.mac, w.ip, agg_mac, agg_ip) for w in workers]
     return plan

@@ -1,14 +1,20 @@
 """The INA allreduce client: what a training worker calls to sum an array through the switch.
 
 SwitchML's self-clocked window: at most W chunks of K lanes are outstanding; chunk i (numbered
-per job, never restarting, so that a (slot, set) always sees a new seq on a new use) goes to
-slot i mod W, set (i div W) mod 2, tree (i mod W) mod T; the result of chunk i releases chunk
-i + W. A chunk whose result does not come back in time is retransmitted with RETX, with an
-adaptive timeout and exponential backoff; duplicate results are ignored. A worker never waits
-forever: if nothing progresses for `give_up_after` seconds (or a chunk exhausts its retries),
-`InaTimeoutError` names the job and the chunks that are missing.
+per run from 0, never restarting within the run, so that a (slot, set) always sees a new seq on
+a new use) goes to slot i mod W, set (i div W) mod 2, tree (i mod W) mod T, with seq = run << 16
+| (i mod 2^16); the result of chunk i releases chunk i + W. A chunk whose result does not come
+back in time is retransmitted with RETX, with an adaptive timeout and exponential backoff;
+duplicate results are ignored. A worker never waits forever: if nothing progresses for
+`give_up_after` seconds (or a chunk exhausts its retries), `InaTimeoutError` names the job and
+the chunks that are missing.
 
-    client = InaClient(LoopbackWireTransport(1), job_id=1, window=64)
+A run is one execution of the job's workers: every worker of a run passes the same `run` id
+(0..65535), and each new run (workers restarted, a job rerun from chunk 0) takes a new one, so
+that the switch tells the new run's chunk 0 from the old run's (docs/protocol.md, "Runs and
+installations"). Launchers draw it once and hand it to every worker.
+
+    client = InaClient(LoopbackWireTransport(1, wire_dir), job_id=1, window=64, run=run)
     total = client.allreduce(gradient)                  # fixed-point codec by default
     ints, overflowed = client.allreduce_int32(values, Opcode.SUM)
 """
@@ -27,6 +33,10 @@ from inaemu.hostlib.transport import Transport
 from inaemu.hostlib.wire import (
     FRAME_BYTES,
     INA_VERSION,
+    MAX_RUN,
+    RUN_SHIFT,
+    SEQ_CHUNK_MASK,
+    SLOT_INDEX_MASK,
     SLOT_SET_BIT,
     Flag,
     K,
@@ -66,7 +76,7 @@ class ClientStats:
     retransmissions: int = 0
     results: int = 0
     duplicate_results: int = 0
-    foreign_packets: int = 0  # not a result of this job's outstanding chunks
+    foreign_packets: int = 0  # not a result of this job's and run's recent chunks
     overflowed_chunks: int = 0
     rtt_samples: list[float] = field(default_factory=list)
 
@@ -75,7 +85,8 @@ class InaClient:
     """One worker's end of an INA job.
 
     Every worker of a job must make the same sequence of calls with arrays of the same length
-    (the chunk numbering and the codecs' phases depend on it).
+    (the chunk numbering and the codecs' phases depend on it), and use the same `run` id, a new
+    one for every run of the job (see the module doc).
     """
 
     def __init__(
@@ -86,6 +97,7 @@ class InaClient:
         window: int,
         n_workers: int | None = None,
         n_trees: int = 1,
+        run: int = 0,
         initial_rto: float = 0.1,
         min_rto: float = 0.02,
         max_rto: float = 1.0,
@@ -109,10 +121,20 @@ class InaClient:
         self.max_retries = max_retries
         self.give_up_after = give_up_after
         self.on_progress = on_progress  # called with the number of chunks just completed
-        self.next_chunk = 0  # per-job chunk number; never restarts (see module doc)
+        self.run = 0  # this run's id: the top 16 bits of every seq
+        self.next_chunk = 0  # chunk number within the run; never restarts (see module doc)
+        self.start_run(run)
         self.stats = ClientStats()
         self._srtt: float | None = None
         self._rttvar = 0.0
+
+    def start_run(self, run: int) -> None:
+        """Begin run `run` (0..65535): chunks are numbered from 0 again. Every worker of the
+        job must start the same run before its first operation of the run."""
+        if not 0 <= run <= MAX_RUN:
+            raise ValueError(f"run must be 0..{MAX_RUN}, got {run}")
+        self.run = run
+        self.next_chunk = 0
 
     # ------------------------------------------------------------------ public API
 
@@ -158,7 +180,7 @@ class InaClient:
             job_id=self.job_id,
             tree_id=slot_index % self.n_trees,
             slot=slot_index | (((chunk_ids // self.window) % 2) * SLOT_SET_BIT),
-            seq=chunk_ids & 0xFFFFFFFF,
+            seq=(self.run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
             values=padded.reshape(n_chunks, K),
             lanes=lanes,
         )
@@ -178,13 +200,20 @@ class InaClient:
         overflow: BoolArray,
     ) -> None:
         n_chunks = len(payloads)
+        window = self.window
         done = np.zeros(n_chunks, dtype=np.bool_)
         sent_at = np.zeros(n_chunks, dtype=np.float64)
         deadline = np.full(n_chunks, np.inf)
         retries = np.zeros(n_chunks, dtype=np.int32)
+        # The latest chunk sent in each slot (-1: none yet). A slot carries one outstanding
+        # chunk at a time (chunk i + W goes out only after the result of chunk i), so a result
+        # is chunk slot_latest[slot] of this operation, or a duplicate of the one before it in
+        # that slot: the 16-bit chunk counter in seq is unambiguous within a slot.
+        slot_latest = np.full(window, -1, dtype=np.int64)
+        first_slot = first % window
+        first16 = first & SEQ_CHUNK_MASK
         remaining = n_chunks
         last_progress = time.monotonic()
-        seq_first = first & 0xFFFFFFFF
         stats = self.stats
 
         def send(idx: npt.NDArray[np.int64], retx: bool) -> None:
@@ -192,6 +221,8 @@ class InaClient:
             if retx:
                 batch = batch.copy()
                 batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
+            else:
+                slot_latest[(first_slot + idx) % window] = idx
             self.transport.send(batch)
             now = time.monotonic()
             sent_at[idx] = now
@@ -200,23 +231,36 @@ class InaClient:
             stats.packets_sent += len(idx)
             stats.bytes_sent += len(idx) * FRAME_BYTES
 
-        send(np.arange(min(self.window, n_chunks)), retx=False)
+        send(np.arange(min(window, n_chunks)), retx=False)
         while remaining:
             wait = float(deadline.min()) - time.monotonic()
             got = self.transport.recv(min(max(wait, 0.0), 0.05))
             now = time.monotonic()
             if len(got):
-                offsets = (got["seq"].astype(np.int64) - seq_first) & 0xFFFFFFFF
-                ok = (
+                seqs = got["seq"].astype(np.int64)
+                slots = (got["slot"] & SLOT_INDEX_MASK).astype(np.int64)
+                latest = slot_latest[np.minimum(slots, window - 1)]
+                counter = seqs & SEQ_CHUNK_MASK
+                mine = (
                     (got["job_id"] == self.job_id)
                     & ((got["ver_flags"] & int(Flag.RESULT)) != 0)
-                    & (offsets < n_chunks)
+                    & ((seqs >> RUN_SHIFT) == self.run)
+                    & (slots < window)
                 )
+                current = mine & (latest >= 0) & (((first16 + latest) & SEQ_CHUNK_MASK) == counter)
+                previous = (
+                    mine
+                    & ~current
+                    & (latest >= window)
+                    & (((first16 + latest - window) & SEQ_CHUNK_MASK) == counter)
+                )
+                chunk = np.where(current, latest, np.where(previous, latest - window, -1))
+                ok = chunk >= 0
                 stats.foreign_packets += int((~ok).sum())
                 released: list[int] = []
                 released_before = remaining
-                for rec, off in zip(got[ok], offsets[ok], strict=True):
-                    i = int(off)
+                for rec, c in zip(got[ok], chunk[ok], strict=True):
+                    i = int(c)
                     if done[i]:
                         stats.duplicate_results += 1
                         continue
@@ -231,8 +275,8 @@ class InaClient:
                         self._rtt_sample(now - sent_at[i])
                     deadline[i] = np.inf
                     last_progress = now
-                    if i + self.window < n_chunks:  # result i releases chunk i + W, only it
-                        released.append(i + self.window)
+                    if i + window < n_chunks:  # result i releases chunk i + W, only it
+                        released.append(i + window)
                 if released:
                     send(np.array(released, dtype=np.int64), retx=False)
                 if self.on_progress is not None and released_before != remaining:
@@ -242,7 +286,7 @@ class InaClient:
                 if (retries[expired] >= self.max_retries).any() or (
                     now - last_progress > self.give_up_after
                 ):
-                    missing = [int(first + i) & 0xFFFFFFFF for i in np.flatnonzero(~done)]
+                    missing = [int(first + i) for i in np.flatnonzero(~done)]
                     reason = (
                         f"no progress for {now - last_progress:.1f}s"
                         if now - last_progress > self.give_up_after

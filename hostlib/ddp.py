@@ -5,7 +5,11 @@
     ddp_model.register_comm_hook(state, ina_allreduce_hook)
 
 Every bucket is summed over the job's workers by `InaClient.allreduce` with the chosen codec and
-divided by the world size, as DDP's default all-reduce hook averages. Buckets are all-reduced in
+divided by the world size, as DDP's default all-reduce hook averages. Making the state starts a
+new run on the client (docs/protocol.md, "Runs and installations"): rank 0 draws a run id and
+broadcasts it over the default process group, so every rank must make its state (a collective
+call, as DDP's own construction is), after `init_process_group`; or pass the same `run` on every
+rank. Buckets are all-reduced in
 the order DDP hands them over, which is the same on every rank; the hook runs synchronously
 (the future it returns is already complete), so the client is never used concurrently.
 Gradients must live on the CPU.
@@ -13,6 +17,7 @@ Gradients must live on the CPU.
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations at run time
 # against the real dist.GradBucket and torch.futures.Future[torch.Tensor] objects.
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -20,6 +25,7 @@ import numpy as np
 
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.codecs.base import HomomorphicCodec
+from inaemu.hostlib.wire import MAX_RUN
 
 try:
     import torch
@@ -34,9 +40,29 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
 class InaHookState:
     client: InaClient
     codec: HomomorphicCodec | None = None  # None: the client's default (fixed point)
+    run: int | None = None  # None: rank 0 draws a fresh run id for every rank (shared_run_id)
     buckets: int = 0
     elements: int = 0
     seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.run is None:
+            self.run = shared_run_id()
+        self.client.start_run(self.run)
+
+
+def shared_run_id() -> int:
+    """A fresh run id, the same on every rank: rank 0 draws it at random and broadcasts it
+    over the default process group (a collective: every rank calls it)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "the INA hook state needs torch.distributed initialized (init_process_group) to "
+            "share a run id between the ranks, or an explicit run= (the same on every rank)"
+        )
+    drawn = secrets.randbelow(MAX_RUN + 1) if dist.get_rank() == 0 else 0
+    value = torch.tensor([drawn], dtype=torch.int64)
+    dist.broadcast(value, src=0)
+    return int(value.item())
 
 
 def ina_allreduce_hook(

@@ -44,6 +44,11 @@ FRAME_BYTES = INA_OFFSET + INA_HEADER_BYTES + LANES_BYTES  # 312 for K=64
 
 SLOT_SET_BIT = 0x8000  # slot bit 15 selects the shadow copy
 SLOT_INDEX_MASK = 0x7FFF
+# seq = run << RUN_SHIFT | chunk counter (mod 2^16): the run identifies one run of a job's
+# workers (the switch's slot owner includes it); the counter numbers chunks within the run.
+RUN_SHIFT = 16
+MAX_RUN = 0xFFFF
+SEQ_CHUNK_MASK = 0xFFFF
 MAX_FANIN = 32  # the per-slot bitmap register is 32 bits wide
 
 INT32_MAX = 2**31 - 1
@@ -67,6 +72,13 @@ def slot_field(index: int, set_: int) -> int:
     if not 0 <= index <= SLOT_INDEX_MASK:
         raise ValueError(f"slot index {index} out of range 0..{SLOT_INDEX_MASK}")
     return (SLOT_SET_BIT if set_ else 0) | index
+
+
+def seq_field(run: int, chunk: int) -> int:
+    """The 32-bit seq field: the run in bits 31..16, the chunk counter (mod 2^16) below."""
+    if not 0 <= run <= MAX_RUN:
+        raise ValueError(f"run {run} out of range 0..{MAX_RUN}")
+    return (run << RUN_SHIFT) | (chunk & SEQ_CHUNK_MASK)
 
 
 # The INA part of a frame (header + K lanes) as a numpy record: what transports carry and the

@@ -51,6 +51,7 @@ class Event(enum.IntEnum):
     RETX_UP = 5
     PARENT_RESULT = 6
     OVERFLOW = 7
+    TAKEOVER = 8  # a new owner (job, epoch, run) cleared a slot (lazy reset)
 
 
-INA_EVENTS = 8
+INA_EVENTS = 9

@@ -66,7 +66,8 @@ _SUM, _OR, _MAX = int(Opcode.SUM), int(Opcode.OR), int(Opcode.MAX)
 
 @dataclass
 class Registers:
-    """Per-(slot, set) cells, cell = (base + slot_index) * 2 + set (Aggregation registers)."""
+    """Per-(slot, set) cells, cell = (base + slot_index) * 2 + set, and per-slot owners
+    (job_id << 32 | epoch << 16 | run), as the Aggregation control's registers."""
 
     slots: int = INA_SLOTS
 
@@ -78,6 +79,7 @@ class Registers:
         self.state = [0] * cells
         self.seq = [0] * cells
         self.lanes = np.zeros((cells, K), dtype=np.int32)
+        self.owner = [0] * self.slots
 
     def reset(self) -> None:
         self.__post_init__()
@@ -250,18 +252,21 @@ class Pipeline:
         job = self.ina_job.lookup((job_id, tree_id))
         if job is None:
             return DropReason.UNKNOWN_JOB, 0, 0, False
-        base, pool_size, fanin, child_mgid, is_root, parent_port = job.action.params
+        base, pool_size, fanin, child_mgid, is_root, parent_port, epoch = job.action.params
         set_ = slot >> 15
         slot_index = slot & 0x7FFF
         if slot_index >= pool_size:
             return DropReason.SLOT_RANGE, 0, 0, False
 
         r = self.registers
-        cell = ((base + slot_index) << 1) | set_
+        slot_addr = base + slot_index
+        cell = (slot_addr << 1) | set_
         if cell >= len(r.bitmap):
             # A pool configured past the register file (the controller refuses such pools;
             # bmv2 leaves the outcome unspecified): never touch state, drop as SLOT_RANGE.
             return DropReason.SLOT_RANGE, 0, 0, False
+        owner_key = (job_id << 32) | (epoch << 16) | (seq >> 16)  # job_id ++ epoch ++ run
+        owner = r.owner[slot_addr]
         state = r.state[cell]
         stored_contrib = r.contrib[cell]
         events = self.ina_events
@@ -270,7 +275,7 @@ class Pipeline:
             # 5. A result coming down from the parent.
             if is_root == 1 or ingress_port != parent_port:
                 return DropReason.UNEXPECTED_RESULT, 0, 0, False
-            if seq != r.seq[cell]:
+            if owner != owner_key or seq != r.seq[cell]:
                 return DropReason.STALE, 0, 0, False
             r.lanes[cell] = np.frombuffer(pkt, _BE_LANES, K, LANES_OFF)
             state = STATE_READY | (STATE_OVERFLOW if flags & _OVERFLOW else 0)
@@ -285,11 +290,24 @@ class Pipeline:
         child.packets += 1
         child.bytes += length
         (child_index,) = child.action.params
+        if owner != owner_key:
+            # A new owner (job, installation or run) takes the slot over: lazy reset.
+            other = cell ^ 1
+            r.owner[slot_addr] = owner_key
+            r.bitmap[cell] = r.bitmap[other] = 0
+            r.count[cell] = r.count[other] = 0
+            r.state[cell] = r.state[other] = 0
+            r.seq[cell] = r.seq[other] = 0
+            state = 0
+            stored_contrib = 0
+            events.count(Event.TAKEOVER, length)
         child_bit = (1 << child_index) & 0xFFFFFFFF
         bitmap = r.bitmap[cell]
         count = r.count[cell]
         stored_seq = r.seq[cell]
 
+        if bitmap & child_bit and seq != stored_seq:
+            return DropReason.STALE, 0, 0, False  # not a retransmission: older than this use
         if bitmap & child_bit:
             # 2. A retransmission from a child already counted in this use.
             if state & STATE_READY:

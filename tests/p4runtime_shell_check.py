@@ -52,6 +52,7 @@ def check(sh: Any, p4runtime: Any) -> None:
         ("child_mgid", 1),
         ("is_root", 1),
         ("parent_port", 0),
+        ("epoch", 1),
     ):
         job.action[name] = str(value)
     job.insert()
@@ -92,7 +93,7 @@ def check(sh: Any, p4runtime: Any) -> None:
     jobs = list(sh.TableEntry("ina_job").read())
     expect(len(jobs) == 1, f"expected one ina_job entry, read {len(jobs)}")
     expect(
-        param_values(jobs[0]) == {1: 0, 2: 4, 3: 2, 4: 1, 5: 1, 6: 0},
+        param_values(jobs[0]) == {1: 0, 2: 4, 3: 2, 4: 1, 5: 1, 6: 0, 7: 1},
         f"ina_job entry read back wrong: {jobs[0]}",
     )
     routes = list(sh.TableEntry("ipv4_lpm").read())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from inaemu.controller.jobs import MAX_EPOCH
 from inaemu.hostlib import wire
 from inaemu.p4 import constants
 from inaemu.p4.info import load_p4info, p4info_diff
@@ -70,7 +71,7 @@ def test_every_object_is_id_pinned() -> None:
         + len(re.findall(r"\b(?:direct_)?counter\(", SRC))
         + len(re.findall(r"\bregister<", SRC))
     )
-    assert SRC.count("@id(") == n_objects == declared == 25
+    assert SRC.count("@id(") == n_objects == declared == 26
 
 
 def test_softswitch_serves_the_same_objects() -> None:
@@ -92,6 +93,20 @@ def test_softswitch_serves_the_same_objects() -> None:
     regs = {r.preamble.name: r.size for r in p4info.message.registers}
     assert regs["InaIngress.agg.reg_lanes"] == pipe.registers.lanes.size
     assert regs["InaIngress.agg.reg_bitmap"] == len(pipe.registers.bitmap)
+
+
+def test_slot_owner_layout() -> None:
+    """A slot's owner is job_id ++ epoch ++ run, with run the top bits of seq that the client
+    fills (wire.RUN_SHIFT), epoch the controller's (MAX_EPOCH), in a register per slot that the
+    softswitch mirrors."""
+    assert "meta.owner_key = hdr.ina.job_id ++ meta.epoch ++ hdr.ina.seq[31:16];" in SRC
+    assert wire.RUN_SHIFT == 16 and wire.MAX_RUN == 2 ** (32 - wire.RUN_SHIFT) - 1
+    p4info = load_p4info()
+    epoch = {p.name: p.bitwidth for p in p4info.action("agg_node").params}["epoch"]
+    assert 2**epoch - 1 == MAX_EPOCH
+    owner = next(r for r in p4info.message.registers if r.preamble.name.endswith("reg_owner"))
+    assert owner.type_spec.bitstring.bit.bitwidth == 16 + epoch + (32 - wire.RUN_SHIFT)
+    assert owner.size == constants.INA_SLOTS == len(Pipeline().registers.owner)
 
 
 def test_host_rewrite_sets_both_addresses() -> None:

@@ -114,7 +114,7 @@ def raw_entry(
 
 
 def agg_node(**overrides: int) -> dict[str, int]:
-    params = dict(base=0, pool_size=4, fanin=2, child_mgid=1, is_root=1, parent_port=0)
+    params = dict(base=0, pool_size=4, fanin=2, child_mgid=1, is_root=1, parent_port=0, epoch=1)
     params.update(overrides)
     return params
 
@@ -653,11 +653,11 @@ def test_finsy_table_entries_insert_modify_delete_read(server: P4RuntimeServer) 
                     )
                 ]
             )
-            assert p.ina_job.entries[(2, 0)].action.params == (4, 4, 2, 1, 1, 0)
+            assert p.ina_job.entries[(2, 0)].action.params == (4, 4, 2, 1, 1, 0, 1)
             assert p.ipv4_lpm.entries[(0x0A010000, 16)].action.params == (2, 2)
 
             await sw.modify([job(2, base=8, fanin=3)])
-            assert p.ina_job.entries[(2, 0)].action.params == (8, 4, 3, 1, 1, 0)
+            assert p.ina_job.entries[(2, 0)].action.params == (8, 4, 3, 1, 1, 0, 1)
 
             # One entry, one table (wildcard), all tables.
             [one] = [e async for e in finsy_read(sw, job(2))]
@@ -1056,13 +1056,13 @@ BAD_UPDATES: dict[str, tuple[p4r.Update, Any, str]] = {
             p4r.Entity(
                 counter_entry=p4r.CounterEntry(
                     counter_id=INFO.message.counters[0].preamble.id,
-                    index=p4r.Index(index=8),
+                    index=p4r.Index(index=9),
                     data=p4r.CounterData(),
                 )
             )
         ),
         CODE.OUT_OF_RANGE,
-        "index 8 out of range",
+        "index 9 out of range",
     ),
     "counter insert": (
         insert(
@@ -1277,7 +1277,7 @@ def test_end_to_end_ina_job_programmed_over_grpc(server: P4RuntimeServer) -> Non
             }
             assert events[Event.CONTRIBUTION] == 2 and events[Event.COMPLETE_ROOT] == 1
             every = [e async for e in finsy_read(sw, fy.P4CounterEntry())]
-            assert len(every) == 8 + 512 + 16 + 512
+            assert len(every) == 9 + 512 + 16 + 512
             drops = [
                 e
                 async for e in finsy_read(
@@ -1375,5 +1375,5 @@ def test_p4runtime_shell_client(push_config: bool, pipeline: Pipeline) -> None:
         result = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "p4runtime-shell check: OK" in result.stdout
-        assert pipeline.ina_job.entries[(1, 0)].action.params == (0, 4, 2, 1, 1, 0)
+        assert pipeline.ina_job.entries[(1, 0)].action.params == (0, 4, 2, 1, 1, 0, 1)
         assert pipeline.multicast.groups[1] == [(1, 0), (2, 0)]

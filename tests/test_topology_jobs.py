@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from inaemu.controller.jobs import JobError, JobManager, JobSpec, route_plans
+from inaemu.controller.jobs import (
+    MAX_EPOCH,
+    JobError,
+    JobManager,
+    JobRecord,
+    JobSpec,
+    next_epoch,
+    route_plans,
+)
 from inaemu.controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
 from inaemu.hostlib.wire import ip_int
 from inaemu.p4.constants import INA_SLOTS
@@ -160,7 +168,7 @@ def test_star_job_plan() -> None:
     rec = jm.plan_add(JobSpec(1, ("h1", "h2", "h3"), pool_size=8))
     (plan,) = rec.plans.values()
     jobs = [w for w in plan.tables if w.table.endswith("ina_job")]
-    assert [w.params for w in jobs] == [(0, 8, 3, 1, 1, 0)]
+    assert [w.params for w in jobs] == [(0, 8, 3, 1, 1, 0, 1)]  # epoch 1: the first
     assert len([w for w in plan.tables if w.table.endswith("ina_child")]) == 3
     assert plan.groups[0].ports == (1, 2, 3)
 
@@ -238,6 +246,48 @@ def test_routes_forward_between_leaves() -> None:
     # h2 (10.0.0.2) lives behind the spine: l1 sends it up port 2
     entry = pipe.ipv4_lpm.lookup((0x0A000002,))
     assert entry is not None and entry.action.params[1] == 2
+
+
+def _epochs(record: JobRecord) -> dict[str, set[int]]:
+    """switch -> the epochs of the record's ina_job entries there."""
+    return {
+        sw: {w.params[6] for w in plan.tables if w.table.endswith("ina_job")}
+        for sw, plan in record.plans.items()
+    }
+
+
+def test_every_installation_gets_a_new_epoch_per_switch() -> None:
+    """Reinstalling a job, or giving its freed pool to another job, never repeats an epoch on
+    a switch; every tree of one installation shares it; the counters can be handed over."""
+    topo = leaf_spine(2, 2, 2)
+    jm = JobManager(topo)
+    first = jm.plan_add(JobSpec(1, ("h1", "h2", "h3", "h4"), pool_size=8, n_trees=2))
+    assert first.epochs == {"l1": 1, "l2": 1, "s1": 1, "s2": 1}
+    assert _epochs(first) == {sw: {1} for sw in first.epochs}
+    assert jm.plan_add(JobSpec(1, ("h1", "h2", "h3", "h4"), pool_size=8)).epochs["l1"] == 1
+    jm.commit_add(first)
+    seen: dict[str, set[int]] = {sw: {1} for sw in first.epochs}
+    for job in (1, 2, 1):  # remove, then the same pool for job 2, then job 1 again
+        jm.commit_remove(next(iter(jm.jobs)))
+        rec = jm.plan_add(JobSpec(job, ("h1", "h3"), pool_size=8))
+        assert rec.pools["l1"] == first.pools["l1"]  # the freed pool
+        for sw, epoch in rec.epochs.items():
+            assert epoch not in seen[sw]
+            seen[sw].add(epoch)
+        jm.commit_add(rec)
+    # another manager (a controller restarted) continues from the saved counters
+    jm2 = JobManager(topo, epochs=jm.epochs)
+    assert jm2.plan_add(JobSpec(3, ("h2",), pool_size=4)).epochs["l1"] == jm.epochs["l1"] + 1
+    with pytest.raises(JobError, match="'zz'"):
+        JobManager(topo, epochs={"zz": 1})
+    with pytest.raises(JobError, match="16 bits"):
+        JobManager(topo, epochs={"l1": 70000})
+
+
+def test_epochs_wrap_past_zero() -> None:
+    assert [next_epoch(e) for e in (0, 1, MAX_EPOCH - 1, MAX_EPOCH)] == [1, 2, MAX_EPOCH, 1]
+    jm = JobManager(star(2), epochs={"s1": MAX_EPOCH})
+    assert jm.plan_add(JobSpec(1, ("h1",))).epochs == {"s1": 1}
 
 
 def test_results_leave_from_the_switch_aggregation_address() -> None:

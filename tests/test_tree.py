@@ -17,6 +17,7 @@ from inaemu.hostlib.wire import (
     pack_frames,
     pack_payloads,
     parse_frames,
+    seq_field,
     slot_field,
 )
 from inaemu.p4.constants import DropReason, Event
@@ -37,7 +38,7 @@ def build() -> Fabric:
     fab.link("leaf2", 3, "root", 2)
     for leaf, hosts in (("leaf1", ("h1", "h2")), ("leaf2", ("h3", "h4"))):
         sw = fab.switches[leaf]
-        sw.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 0, 3))))
+        sw.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 0, 3, 1))))
         sw.multicast.insert(1, [(1, 0), (2, 0)])
         for i, h in enumerate(hosts):
             fab.attach_host(h, leaf, i + 1)
@@ -46,14 +47,16 @@ def build() -> Fabric:
             rewrite = (mac, ip_int(HOSTS[h].ip), SWITCH_MAC, ip_int(SWITCH.ip))
             sw.ina_egress.insert(TableEntry((i + 1,), ActionCall("to_host", rewrite)))
     root = fab.switches["root"]
-    root.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 1, 0))))
+    root.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 1, 0, 1))))
     root.multicast.insert(1, [(1, 0), (2, 0)])
     for i in range(2):
         root.ina_child.insert(TableEntry((1, 0, i + 1), ActionCall("set_child", (i,))))
     return fab
 
 
-def frame(host: str, values: npt.NDArray[np.int32], seq: int = 0, retx: bool = False) -> bytes:
+def frame(
+    host: str, values: npt.NDArray[np.int32], seq: int = 0, retx: bool = False, run: int = 0
+) -> bytes:
     return pack_frames(
         FrameTemplate(HOSTS[host], SWITCH),
         pack_payloads(
@@ -61,7 +64,7 @@ def frame(host: str, values: npt.NDArray[np.int32], seq: int = 0, retx: bool = F
             job_id=1,
             tree_id=0,
             slot=slot_field(seq % 4, (seq // 4) % 2),
-            seq=seq,
+            seq=seq_field(run, seq),
             values=values[None, :],
             flags=int(Flag.RETX) if retx else 0,
         ),
@@ -69,7 +72,10 @@ def frame(host: str, values: npt.NDArray[np.int32], seq: int = 0, retx: bool = F
 
 
 def check_results(
-    delivered: list[tuple[str, bytes]], hosts: set[str], total: npt.NDArray[np.int64]
+    delivered: list[tuple[str, bytes]],
+    hosts: set[str],
+    total: npt.NDArray[np.int64],
+    seq: int = 0,
 ) -> None:
     assert {h for h, _ in delivered} == hosts and len(delivered) == len(hosts)
     for host, data in delivered:
@@ -77,7 +83,7 @@ def check_results(
         assert np.array_equal(rec["values"], total)
         assert int(rec["contrib"]) == 4
         assert int(rec["ver_flags"]) & 0xF == Flag.RESULT
-        assert InaHeader.unpack(data[INA_OFFSET:]).seq == 0
+        assert InaHeader.unpack(data[INA_OFFSET:]).seq == seq
         # to the host, from its leaf's aggregation address (not from a worker)
         assert int(rec["ip_dst"]) == ip_int(HOSTS[host].ip)
         assert int(rec["ip_src"]) == ip_int(SWITCH.ip)
@@ -146,3 +152,34 @@ def test_lost_downward_result_recovered_from_root() -> None:
     check_results(delivered, {"h3"}, total)
     assert sum(root.port_rx.packets) == rx_before
     assert fab.switches["leaf2"].ina_drops.packets[DropReason.NONE] == 0
+
+
+def test_reruns_and_reinstalls_start_clean_on_every_level() -> None:
+    """Run 1 leaves every switch's slot with a result and leaf1 with a half-finished use;
+    run 2 (from chunk 0, new run id) gets exactly its own sums on both levels; a reinstall
+    (new epochs) followed by the same run id again starts clean too."""
+    fab = build()
+
+    def values(run: int, i: int) -> dict[str, npt.NDArray[np.int32]]:
+        return {h: np.full(K, 1000 * run + 10 * i + n, dtype=np.int32) for n, h in enumerate(HOSTS)}
+
+    def total(vals: dict[str, npt.NDArray[np.int32]]) -> npt.NDArray[np.int64]:
+        return sum((v.astype(np.int64) for v in vals.values()), np.zeros(K, np.int64))
+
+    v = values(1, 0)
+    delivered = [out for h in HOSTS for out in fab.send(h, frame(h, v[h], run=1))]
+    check_results(delivered, set(HOSTS), total(v), seq=seq_field(1, 0))
+    assert fab.send("h1", frame("h1", values(1, 1)["h1"], seq=1, run=1)) == []  # then abandoned
+    for run, epoch in ((2, 1), (2, 2)):
+        if epoch == 2:  # reinstall: every switch's ina_job entry gets a new epoch
+            for sw in fab.switches.values():
+                entry = sw.ina_job.entries[(1, 0)]
+                params = (*entry.action.params[:6], epoch)
+                sw.ina_job.modify((1, 0), ActionCall("agg_node", params))
+        for i in (0, 1):
+            v = values(run, i) if epoch == 1 else values(7, i)
+            delivered = [out for h in HOSTS for out in fab.send(h, frame(h, v[h], seq=i, run=run))]
+            check_results(delivered, set(HOSTS), total(v), seq=seq_field(run, i))
+    for name, sw in fab.switches.items():
+        assert sw.ina_drops.packets[DropReason.DUPLICATE] == 0, name
+        assert sw.ina_drops.packets[DropReason.STALE] == 0, name

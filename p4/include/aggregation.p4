@@ -3,12 +3,21 @@
  * Every (slot, set) cell holds: a bitmap of the children seen, a count, the sum of their
  * contrib fields, a state byte (READY, OVERFLOW), the seq of the chunk it aggregates and
  * INA_K value lanes. Cells are addressed globally: cell = (base + slot_index) * 2 + set,
- * where base and pool_size come from the job's ina_job entry.
+ * where base and pool_size come from the job's ina_job entry. Every slot also records its
+ * owner: (job_id, epoch, run), where epoch comes from the job's ina_job entry (a new value on
+ * every installation of the job on this switch) and run is the top 16 bits of seq (a new
+ * value on every run of the job's workers).
  *
  * A contribution from child c into (slot, set s):
- *   - c's bit already set in bitmap[s]: a retransmission. If the result is known (READY),
- *     send it back to c only; if this node completed but waits for its parent, re-send its
- *     partial upward with RETX; otherwise drop (DROP_DUPLICATE).
+ *   - the slot has another owner: the cell's state belongs to an earlier job, installation
+ *     or run. The packet takes the slot over: both sets are cleared (bitmaps, counts, states,
+ *     seqs; the lanes are overwritten by the first contribution) and the owner recorded.
+ *     No state survives into a new use of a cell, and no control-plane register write is
+ *     needed (P4Runtime cannot write bmv2's registers).
+ *   - c's bit already set in bitmap[s]: a retransmission if its seq is the cell's. If the
+ *     result is known (READY), send it back to c only; if this node completed but waits for
+ *     its parent, re-send its partial upward with RETX; otherwise drop (DROP_DUPLICATE).
+ *     With another seq it is a copy older than the cell's use (DROP_STALE), never answered.
  *   - otherwise set c's bit in bitmap[s], clear it in bitmap[1-s]. The first contribution of
  *     a new use (count 0 or count == fanin) overwrites the lanes and resets the cell; later
  *     ones combine by opcode (SUM saturating with sticky OVERFLOW, OR, MAX signed).
@@ -16,9 +25,9 @@
  *     to child_mgid; a non-root forwards its partial to parent_port.
  * A new contribution whose seq is not the use in progress (or is the seq of the use just
  * completed) is a copy that outlived its round: dropped as DROP_STALE. Hosts number chunks
- * per job without restarting, so a new use of a cell always carries a new seq.
- * A RESULT from parent_port (non-root only) for the seq this cell aggregated is stored
- * (READY) and multicast to the children; any other RESULT is dropped.
+ * within a run without restarting, so a new use of a cell always carries a new seq.
+ * A RESULT from parent_port (non-root only) for the owner and seq this cell aggregated is
+ * stored (READY) and multicast to the children; any other RESULT is dropped.
  */
 #ifndef INA_AGGREGATION_P4
 #define INA_AGGREGATION_P4
@@ -69,6 +78,8 @@ control Aggregation(inout headers_t hdr,
     @id(0x16000104) register<bit<8>>(INA_SLOT_CELLS)  reg_state;
     @id(0x16000105) register<bit<32>>(INA_SLOT_CELLS) reg_seq;
     @id(0x16000106) register<bit<32>>(INA_LANE_CELLS) reg_lanes;
+    /* per slot: job_id ++ epoch ++ run of the slot's current owner */
+    @id(0x16000107) register<bit<48>>(INA_SLOTS)      reg_owner;
 
     @id(0x12000102)
     counter(INA_EVENTS, CounterType.packets_and_bytes) ina_events;
@@ -82,13 +93,14 @@ control Aggregation(inout headers_t hdr,
 
     @id(0x01000101)
     action agg_node(bit<16> base, bit<16> pool_size, bit<8> fanin, bit<16> child_mgid,
-                    bit<1> is_root, bit<9> parent_port) {
+                    bit<1> is_root, bit<9> parent_port, bit<16> epoch) {
         meta.base = base;
         meta.pool_size = pool_size;
         meta.fanin = fanin;
         meta.child_mgid = child_mgid;
         meta.is_root = is_root;
         meta.parent_port = parent_port;
+        meta.epoch = epoch;
     }
 
     @id(0x02000101)
@@ -145,9 +157,12 @@ control Aggregation(inout headers_t hdr,
         }
 
         if (meta.drop_reason == DROP_NONE) {
-            meta.cell = (((bit<32>)meta.base + (bit<32>)meta.slot_index) << 1) | (bit<32>)meta.slot_set;
+            meta.slot_addr = (bit<32>)meta.base + (bit<32>)meta.slot_index;
+            meta.cell = (meta.slot_addr << 1) | (bit<32>)meta.slot_set;
             meta.other_cell = meta.cell ^ 1;
             meta.lane_base = meta.cell * INA_K;
+            meta.owner_key = hdr.ina.job_id ++ meta.epoch ++ hdr.ina.seq[31:16];
+            reg_owner.read(meta.owner, meta.slot_addr);
             reg_state.read(meta.cell_state, meta.cell);
             reg_contrib.read(meta.contrib, meta.cell);
 
@@ -156,7 +171,7 @@ control Aggregation(inout headers_t hdr,
                 reg_seq.read(meta.stored_seq, meta.cell);
                 if (meta.is_root == 1 || standard_metadata.ingress_port != meta.parent_port) {
                     meta.drop_reason = DROP_UNEXPECTED_RESULT;
-                } else if (hdr.ina.seq != meta.stored_seq) {
+                } else if (meta.owner != meta.owner_key || hdr.ina.seq != meta.stored_seq) {
                     meta.drop_reason = DROP_STALE;
                 } else {
                     INA_FOR_EACH_LANE(INA_LANE_STORE)
@@ -172,12 +187,30 @@ control Aggregation(inout headers_t hdr,
             } else if (!ina_child.apply().hit) {
                 meta.drop_reason = DROP_NOT_MEMBER;
             } else {
+                if (meta.owner != meta.owner_key) {
+                    /* A new owner (job, installation or run) takes the slot over: lazy reset. */
+                    reg_owner.write(meta.slot_addr, meta.owner_key);
+                    reg_bitmap.write(meta.cell, 0);
+                    reg_bitmap.write(meta.other_cell, 0);
+                    reg_count.write(meta.cell, 0);
+                    reg_count.write(meta.other_cell, 0);
+                    reg_state.write(meta.cell, 0);
+                    reg_state.write(meta.other_cell, 0);
+                    reg_seq.write(meta.cell, 0);
+                    reg_seq.write(meta.other_cell, 0);
+                    meta.cell_state = 0;
+                    meta.contrib = 0;
+                    ina_events.count(EV_TAKEOVER);
+                }
                 meta.child_bit = 32w1 << meta.child_index;
                 reg_bitmap.read(meta.bitmap, meta.cell);
                 reg_count.read(meta.count, meta.cell);
                 reg_seq.read(meta.stored_seq, meta.cell);
 
-                if ((meta.bitmap & meta.child_bit) != 0) {
+                if ((meta.bitmap & meta.child_bit) != 0 && hdr.ina.seq != meta.stored_seq) {
+                    /* Not a retransmission of this use: a copy older than it. */
+                    meta.drop_reason = DROP_STALE;
+                } else if ((meta.bitmap & meta.child_bit) != 0) {
                     /* 2. A retransmission from a child already counted in this use. */
                     if ((meta.cell_state & STATE_READY) != 0) {
                         INA_FOR_EACH_LANE(INA_LANE_LOAD)

@@ -1,6 +1,6 @@
 /* inaemu: compile-time constants shared by every part of the pipeline.
- * Mirrors hostlib/wire.py (wire format) and softswitch/constants.py (drop reasons, events);
- * tests/test_wire_p4_agreement.py checks that they agree. */
+ * Mirrors hostlib/wire.py (wire format) and p4/constants.py (drop reasons, events);
+ * tests/test_p4_agreement.py checks that they agree. */
 #ifndef INA_DEFINES_P4
 #define INA_DEFINES_P4
 
@@ -62,7 +62,8 @@ const bit<32> EV_RETX_REPLY     = 4;  /* retransmission answered with the stored
 const bit<32> EV_RETX_UP        = 5;  /* retransmission: partial re-sent to parent */
 const bit<32> EV_PARENT_RESULT  = 6;  /* result from parent stored and multicast */
 const bit<32> EV_OVERFLOW       = 7;  /* a SUM lane saturated in this packet */
-#define INA_EVENTS 8
+const bit<32> EV_TAKEOVER       = 8;  /* a new owner (job, epoch, run) cleared a slot */
+#define INA_EVENTS 9
 
 #define INA_PORTS 512
 

@@ -69,12 +69,14 @@ struct metadata_t {
     bit<16> child_mgid;
     bit<1>  is_root;
     bit<9>  parent_port;
+    bit<16> epoch;           /* this installation of the job on this switch */
     /* ina_child */
     bit<8>  child_index;
     bit<32> child_bit;
     /* slot addressing */
     bit<1>  slot_set;
     bit<15> slot_index;
+    bit<32> slot_addr;       /* base + slot_index */
     bit<32> cell;            /* (base + slot_index) * 2 + set */
     bit<32> other_cell;      /* the same slot's other set */
     bit<32> lane_base;       /* cell * INA_K */
@@ -85,6 +87,8 @@ struct metadata_t {
     bit<16> contrib;
     bit<8>  cell_state;
     bit<32> stored_seq;
+    bit<48> owner;           /* the slot's owner: job_id ++ epoch ++ run */
+    bit<48> owner_key;       /* this packet's: hdr.ina.job_id ++ meta.epoch ++ seq[31:16] */
     /* lane scratch */
     bit<32> acc;
     bit<32> sum;

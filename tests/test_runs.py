@@ -1,0 +1,336 @@
+"""Runs, reinstallations and tenants through the real client and a running softswitch: no
+state from an earlier run, installation or job reaches a new one (docs/protocol.md, section 5).
+Also the client's side of the run id: seq layout, the 16-bit chunk counter wrapping within a
+run, and results of other runs ignored."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
+from inaemu.controller.star import star_job_plan
+from inaemu.hostlib.client import InaClient, InaTimeoutError
+from inaemu.hostlib.transport import LoopbackWireTransport
+from inaemu.hostlib.wire import (
+    INA_DTYPE,
+    INA_VERSION,
+    RUN_SHIFT,
+    SEQ_CHUNK_MASK,
+    Flag,
+    K,
+    seq_field,
+)
+from inaemu.p4.constants import Event
+from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.state import ActionCall, TableEntry
+from tests.helpers import accounted, run_threads, running_switch, workers
+
+
+def inputs(n: int, size: int, seed: int) -> list[npt.NDArray[np.int32]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-(2**20), 2**20, size, dtype=np.int32) for _ in range(n)]
+
+
+def exact(xs: list[npt.NDArray[np.int32]]) -> npt.NDArray[np.int64]:
+    total: npt.NDArray[np.int64] = np.stack(xs).astype(np.int64).sum(axis=0)
+    return total
+
+
+def install(pipe: Pipeline, plan: SwitchPlan) -> None:
+    with pipe.lock:
+        for w in plan.tables:
+            pipe.tables[w.table].insert(TableEntry(w.key, ActionCall(w.action, w.params)))
+        for g in plan.groups:
+            pipe.multicast.insert(g.mgid, [(p, 0) for p in g.ports])
+
+
+def remove(pipe: Pipeline, plan: SwitchPlan) -> None:
+    with pipe.lock:
+        for w in plan.tables:
+            pipe.tables[w.table].delete(w.key)
+        for g in plan.groups:
+            pipe.multicast.delete(g.mgid)
+
+
+def clients(
+    wire_dir: str,
+    ports: list[int],
+    job_id: int,
+    window: int,
+    run: int,
+    *,
+    give_up_after: float = 30.0,
+    initial_rto: float = 0.1,
+) -> list[InaClient]:
+    return [
+        InaClient(
+            LoopbackWireTransport(p, wire_dir),
+            job_id=job_id,
+            window=window,
+            run=run,
+            give_up_after=give_up_after,
+            initial_rto=initial_rto,
+        )
+        for p in ports
+    ]
+
+
+def reduce_all(cs: list[InaClient], xs: list[npt.NDArray[np.int32]]) -> list[npt.NDArray[np.int32]]:
+    outs = run_threads([partial(c.allreduce_int32, x) for c, x in zip(cs, xs, strict=True)])
+    return [o for o, _ in outs]
+
+
+def abandon_half_round(c: InaClient, pipe: Pipeline) -> None:
+    """`c` alone starts an operation its peers never join, and gives up: a worker whose peer
+    died mid-round. Its contributions stay in the switch's cells. Then its last packets are
+    let through the switch: no packet of a run outlives it (the protocol's assumption)."""
+    c.give_up_after, c.max_rto = 0.3, 0.05
+    with pytest.raises(InaTimeoutError):
+        c.allreduce_int32(np.full(2 * K, 99, dtype=np.int32))
+    settle(pipe)
+
+
+def settle(pipe: Pipeline, quiet: float = 0.1, timeout: float = 10.0) -> None:
+    """Wait until the switch has received nothing for `quiet` seconds."""
+    deadline = time.monotonic() + timeout
+    seen = -1
+    while time.monotonic() < deadline:
+        now = sum(pipe.port_rx.packets)
+        if now == seen:
+            return
+        seen = now
+        time.sleep(quiet)
+    raise AssertionError("the switch kept receiving packets")
+
+
+def test_reruns_on_one_installation_get_their_own_sums() -> None:
+    """Run 1 (10 chunks, W=4) leaves results and bitmaps in every cell; run 2 numbers its
+    chunks from 0 again with fewer than 2W of them (each seq the same as run 1's in that
+    cell); run 3 starts on the same clients (start_run) after a worker of run 2 gave up
+    mid-round. Each run gets exactly its own sums."""
+    ws = workers(3)
+    ports = [w.port for w in ws]
+    with running_switch(ports, seed=3) as (sw, wire_dir):
+        install(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=4, mgid=1))
+        xs1 = inputs(3, 10 * K, seed=1)
+        cs = clients(wire_dir, ports, 1, 4, run=1)
+        assert all(np.array_equal(o, exact(xs1)) for o in reduce_all(cs, xs1))
+        for c in cs:
+            c.transport.close()
+        xs2 = inputs(3, 5 * K + 3, seed=2)
+        cs = clients(wire_dir, ports, 1, 4, run=2)
+        assert all(np.array_equal(o, exact(xs2)) for o in reduce_all(cs, xs2))
+        abandon_half_round(cs[0], sw.pipeline)
+        for c in cs:
+            c.start_run(3)
+        xs3 = inputs(3, 6 * K, seed=3)
+        assert all(np.array_equal(o, exact(xs3)) for o in reduce_all(cs, xs3))
+        for c in cs:
+            c.transport.close()
+    pipe = sw.pipeline
+    assert pipe.ina_events.packets[Event.TAKEOVER] == 4 + 4 + 4  # every slot, every run
+    packets_in, packets_accounted = accounted(pipe)
+    assert packets_in == packets_accounted
+
+
+def test_reinstall_with_the_same_run_id_starts_clean() -> None:
+    """A job's workers (default run 0) leave a round half-done; the job is reinstalled
+    (a new epoch, as the controller gives) over the same pool, and its new workers use run 0
+    again: they get exactly their sums, not the old state's."""
+    ws = workers(2)
+    ports = [w.port for w in ws]
+    with running_switch(ports) as (sw, wire_dir):
+        first = star_job_plan(1, ws, base=0, pool_size=4, mgid=1, epoch=1)
+        install(sw.pipeline, first)
+        xs1 = inputs(2, 3 * K, seed=4)  # fewer than 2W chunks: run 0's seqs again below
+        cs = clients(wire_dir, ports, 1, 4, run=0)
+        assert all(np.array_equal(o, exact(xs1)) for o in reduce_all(cs, xs1))
+        abandon_half_round(cs[1], sw.pipeline)
+        for c in cs:
+            c.transport.close()
+        remove(sw.pipeline, first)
+        install(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=4, mgid=1, epoch=2))
+        drops = list(sw.pipeline.ina_drops.packets)  # the abandoned worker's duplicates
+        xs2 = inputs(2, 3 * K, seed=5)
+        cs = clients(wire_dir, ports, 1, 4, run=0, give_up_after=10)
+        assert all(np.array_equal(o, exact(xs2)) for o in reduce_all(cs, xs2))
+        for c in cs:
+            c.transport.close()
+    assert sw.pipeline.ina_drops.packets == drops  # nothing of the new run dropped
+
+
+def test_a_freed_pool_given_to_another_job_leaks_nothing() -> None:
+    """Job 1 (ports 1-2) completes a run and leaves a half-finished round; it is removed and
+    job 2 (ports 3-4, the same child indexes) gets the same pool. Job 2 gets its own sums."""
+    ws = workers(4)
+    with running_switch([w.port for w in ws]) as (sw, wire_dir):
+        plan1 = star_job_plan(1, ws[:2], base=0, pool_size=4, mgid=1, epoch=1)
+        install(sw.pipeline, plan1)
+        xs1 = inputs(2, 4 * K, seed=6)
+        cs = clients(wire_dir, [1, 2], 1, 4, run=7)
+        assert all(np.array_equal(o, exact(xs1)) for o in reduce_all(cs, xs1))
+        abandon_half_round(cs[0], sw.pipeline)
+        for c in cs:
+            c.transport.close()
+        remove(sw.pipeline, plan1)
+        install(sw.pipeline, star_job_plan(2, ws[2:], base=0, pool_size=4, mgid=1, epoch=2))
+        xs2 = inputs(2, 4 * K, seed=7)
+        cs = clients(wire_dir, [3, 4], 2, 4, run=7, give_up_after=10)
+        assert all(np.array_equal(o, exact(xs2)) for o in reduce_all(cs, xs2))
+        for c in cs:
+            c.transport.close()
+
+
+def test_chunk_counter_wraps_within_a_run_under_loss() -> None:
+    """seq carries the chunk counter mod 2^16: a run longer than that wraps it, here in the
+    middle of one operation, with loss (retransmissions matched across the wrap)."""
+    ws = workers(3)
+    with running_switch([w.port for w in ws], seed=9) as (sw, wire_dir):
+        plan = star_job_plan(1, ws, base=0, pool_size=8, mgid=1)
+        for w in ws:
+            plan.tables.append(
+                TableWrite(LOSS_TABLE, (w.port,), "set_loss", (loss_threshold(0.05),))
+            )
+        install(sw.pipeline, plan)
+        cs = clients(wire_dir, [w.port for w in ws], 1, 8, run=0xBEEF, initial_rto=0.02)
+        for c in cs:
+            c.next_chunk = (1 << 16) - 13  # as if 65523 chunks had gone before in this run
+        xs = inputs(3, 40 * K, seed=8)
+        assert all(np.array_equal(o, exact(xs)) for o in reduce_all(cs, xs))
+        assert sum(c.stats.retransmissions for c in cs) > 0
+        assert cs[0].next_chunk == (1 << 16) + 27
+        for c in cs:
+            c.transport.close()
+
+
+class ScriptedTransport:
+    """Answers every chunk the client sends with the results `answer` makes of it."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.pending: list[npt.NDArray[np.void]] = []
+        self.sent: list[npt.NDArray[np.void]] = []
+
+    def send(self, payloads: npt.NDArray[np.void]) -> None:
+        self.sent.append(payloads.copy())
+        for rec in payloads:
+            self.pending.extend(self.answer(rec))  # type: ignore[operator]
+
+    def recv(self, timeout: float) -> npt.NDArray[np.void]:
+        out = np.array(self.pending, dtype=INA_DTYPE)
+        self.pending = []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _result(rec: npt.NDArray[np.void], seq: int, value: int) -> npt.NDArray[np.void]:
+    out = rec.copy()
+    out["ver_flags"] = (INA_VERSION << 4) | int(Flag.RESULT)
+    out["seq"] = seq
+    out["values"] = value
+    return out
+
+
+def test_results_of_other_runs_and_chunks_are_ignored() -> None:
+    """Every chunk is first answered with a result of another run (same counter), and one
+    with the right run but another chunk's counter: the client ignores both (foreign) and
+    takes only its own run's result for that chunk."""
+
+    def answer(rec: npt.NDArray[np.void]) -> list[npt.NDArray[np.void]]:
+        seq = int(rec["seq"])
+        other_run = seq ^ (1 << RUN_SHIFT)
+        other_chunk = (seq & ~SEQ_CHUNK_MASK) | ((seq + 1) & SEQ_CHUNK_MASK)
+        mine = seq & SEQ_CHUNK_MASK
+        return [_result(rec, other_run, -1), _result(rec, other_chunk, -2), _result(rec, seq, mine)]
+
+    t = ScriptedTransport(answer)
+    c = InaClient(t, job_id=3, window=2, run=0x1234)
+    out, _ = c.allreduce_int32(np.zeros(5 * K, dtype=np.int32))
+    assert np.array_equal(out.reshape(5, K), np.repeat(np.arange(5), K).reshape(5, K))
+    sent = np.concatenate([s["seq"] for s in t.sent])
+    assert sent.tolist() == [seq_field(0x1234, i) for i in range(5)]
+    assert c.stats.foreign_packets == 2 * 5 and c.stats.results == 5
+
+
+def test_run_id_is_checked_and_restarts_the_numbering() -> None:
+    t = ScriptedTransport(lambda rec: [])
+    with pytest.raises(ValueError, match=r"run must be 0\.\.65535"):
+        InaClient(t, job_id=1, window=4, run=1 << 16)
+    c = InaClient(t, job_id=1, window=4)
+    assert c.run == 0
+    c.next_chunk = 17
+    c.start_run(5)
+    assert (c.run, c.next_chunk) == (5, 0)
+    with pytest.raises(ValueError, match="run must be"):
+        c.start_run(-1)
+
+
+def _ddp_rank(rank: int, tcp_port: int, q: Any) -> None:
+    import torch.distributed as dist
+
+    from inaemu.hostlib.ddp import InaHookState
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{tcp_port}", rank=rank, world_size=2
+    )
+    try:
+        runs = []
+        for _ in range(2):  # a new state: a new run, the same on both ranks
+            client = InaClient(ScriptedTransport(lambda rec: []), job_id=1, window=4)
+            client.next_chunk = 5
+            state = InaHookState(client)
+            runs.append((state.run, client.run, client.next_chunk))
+        q.put((rank, runs))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_hook_state_shares_one_run_id_between_ranks() -> None:
+    """Rank 0 draws the run id and broadcasts it: every rank's client starts the same run."""
+    pytest.importorskip("torch", reason="PyTorch not installed")
+    import multiprocessing as mp
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        tcp_port = int(s.getsockname()[1])
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_ddp_rank, args=(r, tcp_port, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = dict(q.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert got[0] == got[1]
+    for state_run, client_run, next_chunk in got[0]:
+        assert state_run == client_run and 0 <= client_run <= 0xFFFF and next_chunk == 0
+
+
+def test_ddp_hook_state_with_an_explicit_run_needs_no_process_group() -> None:
+    pytest.importorskip("torch", reason="PyTorch not installed")
+    from inaemu.hostlib.ddp import InaHookState
+
+    client = InaClient(ScriptedTransport(lambda rec: []), job_id=1, window=4)
+    assert InaHookState(client, run=77).client.run == 77
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        InaHookState(client)
+
+
+def test_controller_continues_the_epochs_it_is_given() -> None:
+    """A restarted controller handed the last epochs gives the next installation a new one."""
+    from inaemu.controller.jobs import JobSpec
+    from inaemu.controller.p4rt import Controller
+    from inaemu.controller.topology import star
+
+    ctl = Controller(star(2), epochs={"s1": 41})
+    assert ctl.jobs.plan_add(JobSpec(1, ("h1", "h2"), pool_size=4)).epochs == {"s1": 42}
