@@ -27,6 +27,7 @@ __all__ = [
     "P4RuntimeFailure",
     "ParamInfo",
     "TableInfo",
+    "bounded",
     "invalid",
     "load_p4info",
     "p4info_diff",
@@ -48,6 +49,24 @@ class P4RuntimeFailure(Exception):
 def invalid(message: str) -> P4RuntimeFailure:
     """An INVALID_ARGUMENT failure."""
     return P4RuntimeFailure(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def bounded(value: str | bytes, limit: int = 64, *, quote: bool = True) -> str:
+    """A value a client sent, for an error message: never more than about `limit` characters.
+
+    A str is quoted (`repr`; `quote=False` leaves it as it is), bytes are shown in hex; past
+    `limit` the value is cut and its length said, e.g. `0x0101... (1048576 bytes)`, so a 1 MB
+    match value or P4Info name never ends up in a status message.
+    """
+    if isinstance(value, bytes):
+        digits = max(1, limit // 2)
+        if len(value) <= digits:
+            return "0x" + value.hex()
+        return f"0x{value[:digits].hex()}... ({len(value)} bytes)"
+    if len(value) <= limit:
+        return repr(value) if quote else value
+    cut = value[:limit]
+    return f"{repr(cut) if quote else cut}... ({len(value)} chars)"
 
 
 @dataclass(frozen=True)
@@ -206,17 +225,12 @@ def _look_up(items: dict[int, _Info], key: int | str, kind: str) -> _Info:
         return exact[0]
     raise P4RuntimeFailure(
         grpc.StatusCode.NOT_FOUND,
-        f"no single {kind} named {_prefix(key)}; the P4Info has {kind}s {_listed(items)}",
+        f"no single {kind} named {bounded(key, 80)}; the P4Info has {kind}s {_listed(items)}",
     )
 
 
 def _listed(items: Mapping[int, TableInfo | ActionInfo | CounterInfo]) -> str:
     return ", ".join(f"{o.id} ({o.name})" for o in items.values())
-
-
-def _prefix(value: str, limit: int = 80) -> str:
-    """`value` quoted, cut to `limit` characters (error messages quote bounded prefixes)."""
-    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} chars)"
 
 
 def parse_p4info_text(text: str) -> p4info_pb2.P4Info:

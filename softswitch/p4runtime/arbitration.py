@@ -18,7 +18,7 @@ from typing import Any, Literal
 import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
-from inaemu.p4.info import P4RuntimeFailure, invalid
+from inaemu.p4.info import P4RuntimeFailure, bounded, invalid
 from inaemu.softswitch.p4runtime.values import ERROR_SPACE, to_u128, u128
 
 __all__ = ["Arbiter", "Arbitration", "check_device"]
@@ -150,10 +150,10 @@ class Arbiter:
             if client.closed:
                 return
             if update.role.name or update.role.id:
+                role = bounded(update.role.name) if update.role.name else update.role.id
                 raise P4RuntimeFailure(
                     grpc.StatusCode.UNIMPLEMENTED,
-                    f"role {update.role.name or update.role.id!r}: this switch only supports "
-                    "the default role (leave role unset)",
+                    f"role {role}: this switch only supports the default role (leave role unset)",
                 )
             eid = u128(update.election_id) if update.HasField("election_id") else None
             if not client.arbitrated:

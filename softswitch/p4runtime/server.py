@@ -43,7 +43,14 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from google.protobuf import any_pb2
 
-from inaemu.p4.info import P4Info, P4RuntimeFailure, invalid, load_p4info, p4info_diff
+from inaemu.p4.info import (
+    P4Info,
+    P4RuntimeFailure,
+    bounded,
+    invalid,
+    load_p4info,
+    p4info_diff,
+)
 from inaemu.softswitch.p4runtime.arbitration import Arbiter, Arbitration, check_device
 from inaemu.softswitch.p4runtime.read import read_entities
 from inaemu.softswitch.p4runtime.values import ERROR_SPACE
@@ -206,8 +213,8 @@ class P4RuntimeServer:
         if role or role_id:
             raise P4RuntimeFailure(
                 grpc.StatusCode.NOT_FOUND,
-                f"unknown role {role or role_id!r}: this switch only has the default role "
-                "(leave role unset)",
+                f"unknown role {bounded(role) if role else role_id}: this switch only has the "
+                "default role (leave role unset)",
             )
 
     def _check_primary(self, election_id: p4runtime_pb2.Uint128 | None) -> None:
@@ -259,7 +266,7 @@ class P4RuntimeServer:
                 raise invalid(f"{name} needs a config with a P4Info")
             diffs = p4info_diff(request.config.p4info, self._committed)
             if diffs:
-                shown = "; ".join(_explain_diff(d) for d in diffs[:5])
+                shown = "; ".join(bounded(_explain_diff(d), 300, quote=False) for d in diffs[:5])
                 more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""
                 raise invalid(
                     "this softswitch only realizes p4/ina.p4; the P4Info differs from "

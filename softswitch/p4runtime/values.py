@@ -1,6 +1,6 @@
 """P4Runtime values: bytestrings, 128-bit election ids, and state errors as P4Runtime failures.
 
-The bottom layer of the softswitch's P4Runtime server (softswitch/p4runtime_server.py); it knows
+The bottom layer of the softswitch's P4Runtime server (softswitch/p4runtime/server.py); it knows
 nothing of the P4Info or the pipeline.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
-from inaemu.p4.info import P4RuntimeFailure, invalid
+from inaemu.p4.info import P4RuntimeFailure, bounded, invalid
 from inaemu.softswitch.state import StateError
 
 __all__ = [
@@ -38,8 +38,9 @@ def decode_bytes(value: bytes, bitwidth: int, what: str) -> int:
         raise invalid(f"{what}: empty bytestring; send at least one byte")
     number = int.from_bytes(value, "big")
     if number >> bitwidth:
+        shown = f"{number:#x}" if len(value) <= 16 else bounded(value)
         raise invalid(
-            f"{what}: value {number:#x} does not fit in {bitwidth} bits "
+            f"{what}: value {shown} does not fit in {bitwidth} bits "
             f"(maximum {(1 << bitwidth) - 1:#x})"
         )
     return number
