@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import functools
 import queue
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -27,6 +31,7 @@ from tests.test_p4runtime_server import (
     Controller,
     agg_node,
     batch_errors,
+    group_entity,
     insert,
     raw_entry,
     rpc_error,
@@ -34,6 +39,7 @@ from tests.test_p4runtime_server import (
     te_entity,
 )
 
+REPO = Path(__file__).resolve().parent.parent
 STREAM = "/p4.v1.P4Runtime/StreamChannel"
 BIG = 1 << 20  # a 1 MB value where a few bytes are expected
 
@@ -135,3 +141,162 @@ def test_error_messages_quote_bounded_prefixes(
     err = rpc_error(lambda: primary.set_pipeline(p4info))
     assert err.code() == CODE.INVALID_ARGUMENT and len(err.details()) < 3000, len(err.details())
     assert "chars)" in err.details()
+
+
+# ---------------------------------------------------------------------- malformed, stop
+
+
+def stop_within(server: P4RuntimeServer, seconds: float, grace: float | None = None) -> bool:
+    """Whether `server.stop(grace)` returned within `seconds` (it goes on in a daemon thread)."""
+    done = threading.Event()
+
+    def stop() -> None:
+        server.stop(grace)
+        done.set()
+
+    threading.Thread(target=stop, daemon=True).start()
+    return done.wait(seconds)
+
+
+GARBAGE = [
+    b"\xff\xff\xff\xff\xff",  # not protobuf at all
+    b"\x0a\x05\x08",  # truncated arbitration
+    b"\x0a\xff\xff\xff\xff\x0f",  # a length past the end
+    arbitration(10)[:-1],  # cut short
+]
+
+
+@pytest.mark.parametrize("grace", [None, 1.0])
+def test_stop_is_bounded_after_malformed_stream_messages(grace: float | None) -> None:
+    server = P4RuntimeServer(Pipeline(), address="127.0.0.1:0", max_streams=32).start()
+    streams: list[RawStream] = []
+    try:
+        for data in GARBAGE * 3:
+            stream = RawStream(server.address)
+            stream.send(data)
+            streams.append(stream)
+        for stream in streams:  # each is told what was wrong, once
+            err = stream.end()
+            assert err.code() == CODE.INVALID_ARGUMENT, err.details()
+            assert "malformed StreamMessageRequest" in err.details()
+        primary = Controller(server.address)
+        assert status(primary.arbitrate(10)) == CODE.OK
+        idle = RawStream(server.address)  # open, never arbitrates
+        deaf = RawStream(server.address, read=False)  # arbitrates, never reads
+        deaf.send(arbitration(5))
+        time.sleep(0.2)
+        assert stop_within(server, 10, grace), f"stop({grace}) did not return within 10 s"
+        err = primary.next()
+        assert isinstance(err, grpc.RpcError)
+        for extra in (idle, deaf):
+            extra.close()
+        primary.close()
+    finally:
+        for stream in streams:
+            stream.close()
+        stop_within(server, 10)
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("p4rt-stream") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "stream reader threads outlived the server"
+        time.sleep(0.05)
+
+
+def test_softswitch_process_exits_on_sigterm_after_malformed_messages() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inaemu.softswitch", "--grpc", "127.0.0.1:0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    streams: list[RawStream] = []
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line
+        address = dict(f.split("=", 1) for f in line.split()[1:])["grpc"]
+        for data in GARBAGE * 2:
+            stream = RawStream(address)
+            stream.send(data)
+            streams.append(stream)
+        for stream in streams:
+            assert stream.end().code() == CODE.INVALID_ARGUMENT
+        primary = RawStream(address)
+        primary.send(arbitration(10))
+        streams.append(primary)
+        streams.append(RawStream(address))  # never arbitrates
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in streams:
+            stream.close()
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["Write", "Read", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig", "Capabilities"],
+)
+def test_malformed_requests_are_invalid_argument(method: str, server: P4RuntimeServer) -> None:
+    channel = grpc.insecure_channel(server.address)
+    call: Any = (channel.unary_stream if method == "Read" else channel.unary_unary)(
+        f"/p4.v1.P4Runtime/{method}"
+    )
+    for data in GARBAGE:
+        with pytest.raises(grpc.RpcError) as info:
+            list(call(data, timeout=10)) if method == "Read" else call(data, timeout=10)
+        assert info.value.code() == CODE.INVALID_ARGUMENT, info.value.details()
+        assert f"malformed {method}Request" in info.value.details()
+    channel.close()
+    assert stop_within(server, 10)
+
+
+# ---------------------------------------------------------------------- arbitration deadline
+
+
+def test_streams_that_never_arbitrate_release_their_slot() -> None:
+    with P4RuntimeServer(
+        Pipeline(), address="127.0.0.1:0", arbitration_timeout=0.5, preconfigured=True
+    ) as server:
+        assert server.max_streams == 16
+        idle = [RawStream(server.address) for _ in range(server.max_streams)]
+        try:
+            for stream in idle:
+                err = stream.end()
+                assert err.code() == CODE.DEADLINE_EXCEEDED, err.details()
+                assert "MasterArbitrationUpdate" in err.details()
+            ctl = Controller(server.address)
+            assert status(ctl.arbitrate(10)) == CODE.OK
+            time.sleep(1.0)  # past the deadline: an arbitrated stream stays
+            assert ctl.no_message()
+            ctl.write(insert(group_entity(1, [p4r.Replica(egress_port=1)])))
+            ctl.close()
+        finally:
+            for stream in idle:
+                stream.close()
+
+
+# ---------------------------------------------------------------------- reply queues
+
+
+def test_a_stream_that_is_never_read_is_dropped_when_its_queue_fills() -> None:
+    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0", stream_queue=8) as server:
+        backup = Controller(server.address)
+        assert status(backup.arbitrate(5)) == CODE.OK
+        deaf = RawStream(server.address, read=False)
+        deaf.send(arbitration(10))
+        assert status(backup.next()) == CODE.ALREADY_EXISTS  # the deaf one is primary
+        packet = p4r.StreamMessageRequest(packet=p4r.PacketOut(payload=b"x" * 60_000))
+        for _ in range(300):  # each answered with a StreamError carrying the packet
+            deaf.send(packet.SerializeToString())
+        reply = backup.next(timeout=20)  # the deaf primary was dropped: backup promoted
+        assert status(reply) == CODE.OK
+        deaf.drain()
+        err = deaf.end()
+        assert err.code() == CODE.RESOURCE_EXHAUSTED, err.details()
+        assert "8" in err.details() and "read" in err.details()
+        deaf.close()
+        backup.close()

@@ -3,6 +3,12 @@
 `Arbiter` holds the open StreamChannels of one device, runs master arbitration on them and
 tells every controller whether it is primary; the server asks it `check_primary` before a
 Write or SetForwardingPipelineConfig. Its state is guarded by the server's lock.
+
+Limits (docs/p4runtime.md, "Limits"): a stream must arbitrate within `arbitration_timeout`
+seconds or it is ended with DEADLINE_EXCEEDED (its slot among `max_streams` is freed); each
+stream queues at most `queue_size` replies the client has not read yet, and a stream whose
+queue is full is ended with RESOURCE_EXHAUSTED and its controller forgotten (a primary loses
+the role) rather than growing the server's memory.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,7 +26,7 @@ import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
 from inaemu.p4.info import P4RuntimeFailure, bounded, invalid
-from inaemu.softswitch.p4runtime.values import ERROR_SPACE, to_u128, u128
+from inaemu.softswitch.p4runtime.values import ERROR_SPACE, Malformed, to_u128, u128
 
 __all__ = ["Arbiter", "Arbitration", "check_device"]
 
@@ -42,6 +49,7 @@ class _Client:
     """One StreamChannel."""
 
     number: int
+    context: Any = None  # the RPC's grpc.ServicerContext
     outbox: queue.Queue[object] = field(default_factory=queue.Queue)
     arbitrated: bool = False
     closed: bool = False
@@ -63,11 +71,34 @@ class _Terminate:
 _EOF = object()
 
 
+def end_rpc(context: Any, code: Any, message: str) -> None:
+    """End an RPC from outside its handler thread, with status `code`.
+
+    The handler may be blocked inside gRPC sending a reply the client does not read, so
+    setting a status for it to return is not enough: the call is cancelled. gRPC's public
+    `context.cancel()` always reports CANCELLED; the call object underneath takes a code and
+    details, so the client learns why. If that private path is missing, a plain cancel.
+    """
+    if context is None:
+        return
+    call = getattr(getattr(context, "_rpc_event", None), "call", None)
+    if call is not None:
+        try:
+            call.cancel(code.value[0], message)
+            return
+        except Exception:
+            LOG.debug("cancel with a status failed; plain cancel", exc_info=True)
+    context.cancel()
+
+
 class Arbiter:
     """The StreamChannels of device `device_id` and its primary controller.
 
     `arbitration` and `max_streams` are as in `P4RuntimeServer`; `lock` is the server's lock,
     so that a request's primary check and an arbitration update never interleave.
+    `arbitration_timeout` (seconds, None: no deadline) is how long a stream may stay open
+    without a MasterArbitrationUpdate; `queue_size` is how many replies a stream may have
+    waiting for its client to read them.
     """
 
     def __init__(
@@ -77,13 +108,18 @@ class Arbiter:
         arbitration: Arbitration,
         max_streams: int,
         lock: threading.RLock,
+        arbitration_timeout: float | None = 10.0,
+        queue_size: int = 256,
     ) -> None:
         self.device_id = device_id
         self.arbitration: Arbitration = arbitration
         self.max_streams = max_streams
+        self.arbitration_timeout = arbitration_timeout
+        self.queue_size = queue_size
         self._lock = lock
-        self._clients: list[_Client] = []
-        self._open_streams = 0
+        self._streams: set[_Client] = set()  # every open StreamChannel
+        self._clients: list[_Client] = []  # the arbitrated ones, in arrival order
+        self._overflowed: list[_Client] = []  # streams whose reply queue is full, to drop
         self._primary: _Client | None = None
         self._highest_election_id: int | None = None  # strict mode: highest ever seen
         self._numbers = itertools.count(1)
@@ -108,24 +144,29 @@ class Arbiter:
             )
 
     def drop_all(self) -> None:
-        """Forget every stream (the server stopped)."""
+        """End every stream and forget its controller (the server is stopping)."""
+        stopping = _Terminate(grpc.StatusCode.UNAVAILABLE, "the P4Runtime server is stopping")
         with self._lock:
-            for client in list(self._clients):
+            for client in list(self._streams):
+                client.outbox.put(stopping)  # after the replies already queued
                 self._drop_client(client)
+            self._drop_overflowed()
 
-    # ------------------------------------------------------------------ arbitration
+    # ------------------------------------------------------------------ streams and replies
 
-    def _open_stream(self) -> _Client | None:
+    def _open_stream(self, context: Any) -> _Client | None:
         with self._lock:
-            if self._open_streams >= self.max_streams:
+            if len(self._streams) >= self.max_streams:
                 return None
-            self._open_streams += 1
-            return _Client(next(self._numbers))
+            client = _Client(next(self._numbers), context)
+            self._streams.add(client)
+            return client
 
     def _close_stream(self, client: _Client) -> None:
         with self._lock:
-            self._open_streams -= 1
+            self._streams.discard(client)
             self._drop_client(client)
+            self._drop_overflowed()
 
     def _drop_client(self, client: _Client) -> None:
         client.closed = True
@@ -139,6 +180,45 @@ class Arbiter:
             if self.arbitration == "promote":
                 self._primary = self._highest_live()
             self._notify_all()
+
+    def _send(self, client: _Client, message: p4runtime_pb2.StreamMessageResponse) -> None:
+        """Queue a reply for `client`; a full queue marks the stream to be dropped.
+
+        Never blocks (it runs under the lock, for every controller): a client that does not
+        read its stream loses it, the others are not held up.
+        """
+        if client.closed:
+            return
+        if client.outbox.qsize() >= self.queue_size:
+            client.closed = True
+            self._overflowed.append(client)
+            return
+        client.outbox.put(message)
+
+    def _drop_overflowed(self) -> None:
+        """End the streams whose reply queue filled up (call with the lock held)."""
+        while self._overflowed:
+            client = self._overflowed.pop(0)
+            message = (
+                f"StreamChannel dropped: {self.queue_size} replies were waiting for the "
+                "client to read them (read the stream; this controller was forgotten, "
+                "arbitrate again on a new stream)"
+            )
+            LOG.warning("%s: %s", client.label(), message)
+            self._streams.discard(client)
+            self._drop_client(client)  # may notify others, and overflow them in turn
+            end_rpc(client.context, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+    def _expire(self, client: _Client) -> bool:
+        """True if `client` has not arbitrated yet: it is closed, its slot freed."""
+        with self._lock:
+            if client.arbitrated or client.closed:
+                return False
+            client.closed = True
+            self._streams.discard(client)
+            return True
+
+    # ------------------------------------------------------------------ arbitration
 
     def _highest_live(self) -> _Client | None:
         candidates = [c for c in self._clients if c.election_id is not None]
@@ -176,6 +256,7 @@ class Arbiter:
             client.election_id = eid
             LOG.debug("%s arbitration", client.label())
             self._elect(client)
+            self._drop_overflowed()
 
     def _elect(self, sender: _Client) -> None:
         old = self._primary
@@ -223,7 +304,7 @@ class Arbiter:
         return p4runtime_pb2.StreamMessageResponse(arbitration=update)
 
     def _notify(self, client: _Client) -> None:
-        client.outbox.put(self._arbitration_message(client))
+        self._send(client, self._arbitration_message(client))
 
     def _notify_all(self) -> None:
         for client in self._clients:
@@ -232,7 +313,7 @@ class Arbiter:
         if self._primary is not None:
             self._notify(self._primary)
 
-    # ------------------------------------------------------------------ streams
+    # ------------------------------------------------------------------ stream messages
 
     def _stream_message(self, client: _Client, request: p4runtime_pb2.StreamMessageRequest) -> None:
         kind = request.WhichOneof("update")
@@ -264,39 +345,70 @@ class Arbiter:
                 error.other.SetInParent()
             error.canonical_code = grpc.StatusCode.UNIMPLEMENTED.value[0]
             error.message = f"unsupported stream message {kind!r}"
-        client.outbox.put(p4runtime_pb2.StreamMessageResponse(error=error))
+        with self._lock:
+            self._send(client, p4runtime_pb2.StreamMessageResponse(error=error))
+            self._drop_overflowed()
+
+    def _read_requests(self, client: _Client, requests: Iterator[Any]) -> None:
+        """The stream's reader thread: requests in, replies to the client's outbox."""
+        try:
+            for request in requests:
+                if client.closed:
+                    break
+                try:
+                    if isinstance(request, Malformed):
+                        raise request.failure()
+                    self._stream_message(client, request)
+                except P4RuntimeFailure as failure:
+                    client.outbox.put(_Terminate(failure.code, failure.message))
+                    break
+        except Exception:  # the RPC ended under us (cancelled, server stopping)
+            LOG.debug("%s: reader ended", client.label(), exc_info=True)
+        finally:
+            client.outbox.put(_EOF)
+
+    def _next_reply(self, client: _Client, deadline: float | None) -> object:
+        """The next item of the outbox; a `_Terminate` if the arbitration deadline passes."""
+        while True:
+            if deadline is None or client.arbitrated:
+                return client.outbox.get()
+            try:
+                return client.outbox.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                if self._expire(client):
+                    return _Terminate(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no MasterArbitrationUpdate within {self.arbitration_timeout:g} s of "
+                        "opening the StreamChannel: send one first (the stream's slot is freed)",
+                    )
 
     def stream_channel(
-        self, requests: Iterator[p4runtime_pb2.StreamMessageRequest], context: Any
+        self, requests: Iterator[Any], context: Any
     ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
-        """Serve one StreamChannel RPC: a reader thread takes requests, this yields replies."""
-        client = self._open_stream()
+        """Serve one StreamChannel RPC: a reader thread takes requests, this yields replies.
+
+        `requests` are StreamMessageRequests, or `Malformed` for one that did not parse (the
+        stream then ends with INVALID_ARGUMENT).
+        """
+        client = self._open_stream(context)
         if client is None:
             context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
             context.set_details(f"too many StreamChannels (at most {self.max_streams})")
             return
-        context.add_callback(lambda: client.outbox.put(_EOF))
-
-        def read() -> None:
-            try:
-                for request in requests:
-                    if client.closed:
-                        break
-                    try:
-                        self._stream_message(client, request)
-                    except P4RuntimeFailure as failure:
-                        client.outbox.put(_Terminate(failure.code, failure.message))
-                        break
-            except Exception:  # the RPC ended under us (cancelled, server stopping)
-                LOG.debug("%s: reader ended", client.label(), exc_info=True)
-            finally:
-                client.outbox.put(_EOF)
-
-        reader = threading.Thread(target=read, name=f"p4rt-stream-{client.number}", daemon=True)
+        if not context.add_callback(lambda: client.outbox.put(_EOF)):
+            client.outbox.put(_EOF)  # the RPC has already ended
+        timeout = self.arbitration_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        reader = threading.Thread(
+            target=self._read_requests,
+            args=(client, requests),
+            name=f"p4rt-stream-{client.number}",
+            daemon=True,
+        )
         reader.start()
         try:
             while True:
-                item = client.outbox.get()
+                item = self._next_reply(client, deadline)
                 if item is _EOF:
                     return
                 if isinstance(item, _Terminate):

@@ -53,7 +53,7 @@ from inaemu.p4.info import (
 )
 from inaemu.softswitch.p4runtime.arbitration import Arbiter, Arbitration, check_device
 from inaemu.softswitch.p4runtime.read import read_entities
-from inaemu.softswitch.p4runtime.values import ERROR_SPACE
+from inaemu.softswitch.p4runtime.values import ERROR_SPACE, Malformed, lenient
 from inaemu.softswitch.p4runtime.values import decode_bytes as decode_bytes  # re-exported
 from inaemu.softswitch.p4runtime.values import encode_bytes as encode_bytes  # re-exported
 from inaemu.softswitch.p4runtime.write import ForwardingState, clear_forwarding_state, write_updates
@@ -66,6 +66,7 @@ LOG = logging.getLogger(__name__)
 API_VERSION = "1.4.0"
 NO_PIPELINE = "No forwarding pipeline config set for this device"  # bmv2's wording (finsy)
 READ_CHUNK = 1000  # entities per ReadResponse
+STOP_TIMEOUT = 5.0  # seconds stop() waits past the grace for gRPC to wind down
 
 SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest.Action
 ResponseType = p4runtime_pb2.GetForwardingPipelineConfigRequest.ResponseType
@@ -94,6 +95,11 @@ class P4RuntimeServer:
     controller with the highest election id primary and tells it with an OK arbitration update;
     "strict" follows the P4Runtime spec to the letter: there is no primary until a controller
     sends an election id at least as high as any seen before, and backups are told NOT_FOUND.
+
+    Limits on clients (docs/p4runtime.md, "Limits"): at most `max_streams` StreamChannels; a
+    stream that sends no MasterArbitrationUpdate within `arbitration_timeout` seconds (None:
+    wait forever) is ended with DEADLINE_EXCEEDED; a stream with `stream_queue` replies its
+    client has not read is ended with RESOURCE_EXHAUSTED.
     """
 
     def __init__(
@@ -105,9 +111,13 @@ class P4RuntimeServer:
         preconfigured: bool = False,
         arbitration: Arbitration = "promote",
         max_streams: int = 16,
+        arbitration_timeout: float | None = 10.0,
+        stream_queue: int = 256,
     ) -> None:
         if arbitration not in ("promote", "strict"):
             raise ValueError(f"arbitration must be 'promote' or 'strict', not {arbitration!r}")
+        if stream_queue < 1:
+            raise ValueError(f"stream_queue must be at least 1, not {stream_queue}")
         self.pipeline = pipeline
         self.requested_address = address
         self.device_id = device_id
@@ -119,9 +129,15 @@ class P4RuntimeServer:
         self._config: _Config | None = None
         self._saved_uncommitted = False
         self._arbiter = Arbiter(
-            device_id=device_id, arbitration=arbitration, max_streams=max_streams, lock=self._lock
+            device_id=device_id,
+            arbitration=arbitration,
+            max_streams=max_streams,
+            lock=self._lock,
+            arbitration_timeout=arbitration_timeout,
+            queue_size=stream_queue,
         )
         self._server: Any = None
+        self._executor: futures.ThreadPoolExecutor | None = None
         self._port = 0
         if preconfigured:
             self._config = _Config(self._committed, b"", None)
@@ -144,22 +160,24 @@ class P4RuntimeServer:
     def start(self) -> Self:
         if self._server is not None:
             raise RuntimeError("the P4Runtime server is already started")
+        executor = futures.ThreadPoolExecutor(
+            max_workers=self.max_streams + 8, thread_name_prefix="p4runtime"
+        )
         server = grpc.server(
-            futures.ThreadPoolExecutor(
-                max_workers=self.max_streams + 8, thread_name_prefix="p4runtime"
-            ),
+            executor,
             options=[("grpc.so_reuseport", 0)],  # a second server on the port must fail
         )
-        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(_Servicer(self), server)
+        server.add_generic_rpc_handlers((_handlers(_Servicer(self)),))
         try:
             port = server.add_insecure_port(self.requested_address)
         except RuntimeError:
             port = 0
         if not port:
             server.stop(None)
+            executor.shutdown(wait=False)
             raise self._bind_error()
         server.start()
-        self._server, self._port = server, port
+        self._server, self._port, self._executor = server, port, executor
         LOG.info("P4Runtime server for device %d listening on %s", self.device_id, self.address)
         return self
 
@@ -180,12 +198,21 @@ class P4RuntimeServer:
         )
 
     def stop(self, grace: float | None = None) -> None:
-        """Stop serving; open RPCs get `grace` seconds to finish (None: cancel them now)."""
+        """Stop serving; unary RPCs get `grace` seconds to finish (None: cancel them now).
+
+        StreamChannels are ended at once (they would not end by themselves). Returns within
+        `grace` + 5 s whatever clients do.
+        """
         server, self._server = self._server, None
         if server is None:
             return
-        server.stop(grace).wait()
+        stopped = server.stop(grace)
         self._arbiter.drop_all()
+        if not stopped.wait((grace or 0.0) + STOP_TIMEOUT):
+            LOG.warning("the gRPC server did not stop within %.1f s", (grace or 0) + STOP_TIMEOUT)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def wait_for_termination(self, timeout: float | None = None) -> bool:
         if self._server is None:
@@ -361,8 +388,49 @@ def _batch_status(
     return grpc.StatusCode.UNKNOWN, message, status
 
 
+def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
+    """The P4Runtime service, with request parsing that cannot trip gRPC up (`lenient`)."""
+    p4r = p4runtime_pb2
+    methods = {
+        "Write": grpc.unary_unary_rpc_method_handler(
+            servicer.Write,
+            request_deserializer=lenient(p4r.WriteRequest),
+            response_serializer=p4r.WriteResponse.SerializeToString,
+        ),
+        "Read": grpc.unary_stream_rpc_method_handler(
+            servicer.Read,
+            request_deserializer=lenient(p4r.ReadRequest),
+            response_serializer=p4r.ReadResponse.SerializeToString,
+        ),
+        "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.SetForwardingPipelineConfig,
+            request_deserializer=lenient(p4r.SetForwardingPipelineConfigRequest),
+            response_serializer=p4r.SetForwardingPipelineConfigResponse.SerializeToString,
+        ),
+        "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.GetForwardingPipelineConfig,
+            request_deserializer=lenient(p4r.GetForwardingPipelineConfigRequest),
+            response_serializer=p4r.GetForwardingPipelineConfigResponse.SerializeToString,
+        ),
+        "StreamChannel": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamChannel,
+            request_deserializer=lenient(p4r.StreamMessageRequest),
+            response_serializer=p4r.StreamMessageResponse.SerializeToString,
+        ),
+        "Capabilities": grpc.unary_unary_rpc_method_handler(
+            servicer.Capabilities,
+            request_deserializer=lenient(p4r.CapabilitiesRequest),
+            response_serializer=p4r.CapabilitiesResponse.SerializeToString,
+        ),
+    }
+    return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", methods)
+
+
 class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
-    """The P4Runtime service methods, called by grpc's thread pool."""
+    """The P4Runtime service methods, called by grpc's thread pool.
+
+    A request that did not parse arrives as `Malformed` and is refused with INVALID_ARGUMENT.
+    """
 
     def __init__(self, server: P4RuntimeServer) -> None:
         self.server = server
@@ -371,6 +439,11 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _fail(context: Any, failure: P4RuntimeFailure) -> NoReturn:
         context.abort(failure.code, failure.message)
         raise AssertionError("unreachable: abort raises")
+
+    @classmethod
+    def _parsed(cls, request: Any, context: Any) -> None:
+        if isinstance(request, Malformed):
+            cls._fail(context, request.failure())
 
     @staticmethod
     def _fail_batch(context: Any, results: list[P4RuntimeFailure | None], what: str) -> NoReturn:
@@ -382,6 +455,7 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Write(
         self, request: p4runtime_pb2.WriteRequest, context: Any
     ) -> p4runtime_pb2.WriteResponse:
+        self._parsed(request, context)
         try:
             results = self.server.write(request)
         except P4RuntimeFailure as failure:
@@ -393,6 +467,7 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Read(
         self, request: p4runtime_pb2.ReadRequest, context: Any
     ) -> Iterator[p4runtime_pb2.ReadResponse]:
+        self._parsed(request, context)
         try:
             found, results = self.server.read(request)
         except P4RuntimeFailure as failure:
@@ -405,6 +480,7 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def SetForwardingPipelineConfig(
         self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: Any
     ) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
+        self._parsed(request, context)
         try:
             self.server.set_pipeline_config(request)
         except P4RuntimeFailure as failure:
@@ -414,6 +490,7 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def GetForwardingPipelineConfig(
         self, request: p4runtime_pb2.GetForwardingPipelineConfigRequest, context: Any
     ) -> p4runtime_pb2.GetForwardingPipelineConfigResponse:
+        self._parsed(request, context)
         try:
             return self.server.get_pipeline_config(request)
         except P4RuntimeFailure as failure:
@@ -427,6 +504,7 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def Capabilities(
         self, request: p4runtime_pb2.CapabilitiesRequest, context: Any
     ) -> p4runtime_pb2.CapabilitiesResponse:
+        self._parsed(request, context)
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
 
 

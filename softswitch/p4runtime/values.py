@@ -6,6 +6,10 @@ nothing of the P4Info or the pipeline.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
@@ -14,14 +18,46 @@ from inaemu.softswitch.state import StateError
 
 __all__ = [
     "ERROR_SPACE",
+    "Malformed",
     "decode_bytes",
     "encode_bytes",
     "from_state_error",
+    "lenient",
     "to_u128",
     "u128",
 ]
 
 ERROR_SPACE = "inaemu-softswitch-v1model"  # the `space` of the p4runtime Errors we send
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A request that did not parse (stands in for it, so the server can say INVALID_ARGUMENT)."""
+
+    kind: str  # the message type, e.g. "StreamMessageRequest"
+    error: str
+
+    def failure(self) -> P4RuntimeFailure:
+        return invalid(f"malformed {self.kind}: {bounded(self.error, 200, quote=False)}")
+
+
+def lenient(message_type: Any) -> Callable[[bytes], Any]:
+    """A gRPC request deserializer that returns `Malformed` instead of raising.
+
+    gRPC's own handling of a request that fails to deserialize ends the RPC with INTERNAL and,
+    on a StreamChannel, can send a second status when the handler ends, which leaves the call
+    unfinished and `grpc.Server.stop()` waiting for it forever. With this deserializer the
+    handler sees the problem and ends the RPC once, with INVALID_ARGUMENT.
+    """
+    name = message_type.DESCRIPTOR.name
+
+    def parse(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except Exception as err:  # DecodeError, and whatever else protobuf raises on garbage
+            return Malformed(name, str(err) or type(err).__name__)
+
+    return parse
 
 
 def from_state_error(err: StateError) -> P4RuntimeFailure:
