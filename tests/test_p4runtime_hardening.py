@@ -7,22 +7,31 @@ malformed messages, finsy for large configs, a subprocess for a frozen controlle
 from __future__ import annotations
 
 import functools
+import os
 import queue
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import finsy as fy
 import grpc
 import pytest
 from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
+from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
-from inaemu.softswitch.p4runtime.server import P4RuntimeServer
+from inaemu.p4.constants import P4INFO_PATH
+from inaemu.softswitch.p4runtime.server import (
+    MAX_METADATA_SIZE,
+    READ_RESPONSE_BUDGET,
+    P4RuntimeServer,
+)
 from inaemu.softswitch.pipeline import Pipeline
 from tests.test_p4runtime_server import (
     CODE,
@@ -35,6 +44,7 @@ from tests.test_p4runtime_server import (
     insert,
     raw_entry,
     rpc_error,
+    run,
     status,
     te_entity,
 )
@@ -300,3 +310,145 @@ def test_a_stream_that_is_never_read_is_dropped_when_its_queue_fills() -> None:
         assert "8" in err.details() and "read" in err.details()
         deaf.close()
         backup.close()
+
+
+# ---------------------------------------------------------------------- message sizes and metadata
+
+
+def test_large_reads_are_split_under_the_byte_budget(
+    primary: Controller, server: P4RuntimeServer
+) -> None:
+    meta = b"m" * 100_000
+    entries = [
+        te_entity(
+            raw_entry(
+                "ina_job",
+                {"hdr.ina.job_id": job, "hdr.ina.tree_id": 0},
+                "agg_node",
+                agg_node(),
+                metadata=meta,
+            )
+        )
+        for job in range(1, 65)
+    ]
+    for start in range(0, len(entries), 16):
+        primary.write(*(insert(e) for e in entries[start : start + 16]))
+    # a default client (4 MiB receive limit) reads 6.4 MB of entries
+    channel = grpc.insecure_channel(server.address)
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    request = p4r.ReadRequest(
+        device_id=1, entities=[te_entity(p4r.TableEntry(table_id=INFO.table("ina_job").id))]
+    )
+    responses = list(stub.Read(request, timeout=30))
+    channel.close()
+    assert sum(len(r.entities) for r in responses) == 64
+    assert len(responses) > 1
+    assert all(r.ByteSize() <= READ_RESPONSE_BUDGET for r in responses)
+    assert all(e.table_entry.metadata == meta for r in responses for e in r.entities)
+
+
+def test_request_metadata_size_is_capped(server: P4RuntimeServer) -> None:
+    channel = grpc.insecure_channel(server.address)
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+
+    def capabilities(size: int) -> str:
+        try:
+            stub.Capabilities(
+                p4r.CapabilitiesRequest(), metadata=[("x-pad", "a" * size)], timeout=5
+            )
+        except grpc.RpcError as err:
+            return str(err.code().name)
+        return "OK"
+
+    # gRPC's default is a soft limit: between 8 and 16 KiB some requests pass, some do not
+    assert {capabilities(MAX_METADATA_SIZE - 2048) for _ in range(10)} == {"OK"}
+    assert {capabilities(MAX_METADATA_SIZE + 1024) for _ in range(10)} == {"RESOURCE_EXHAUSTED"}
+    channel.close()
+
+
+def test_device_config_as_large_as_bmv2_json(server: P4RuntimeServer) -> None:
+    blob = bytes(range(256)) * (7_000_000 // 256)  # ~7 MB, like p4/build/ina-*.json
+    options = fy.SwitchOptions(p4info=P4INFO_PATH, p4blob=blob, device_id=1)
+
+    async def push() -> None:
+        async with fy.Switch("sw1", server.address, options) as sw:
+            assert sw.is_primary
+
+    run(push())
+    size = 64 << 20
+    channel = grpc.insecure_channel(
+        server.address,
+        options=[("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size)],
+    )
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    reply = stub.GetForwardingPipelineConfig(
+        p4r.GetForwardingPipelineConfigRequest(
+            device_id=1,
+            response_type=p4r.GetForwardingPipelineConfigRequest.DEVICE_CONFIG_AND_COOKIE,
+        ),
+        timeout=30,
+    )
+    assert reply.config.p4_device_config == blob
+    channel.close()
+
+
+# ---------------------------------------------------------------------- keepalive
+
+FROZEN_CLIENT = textwrap.dedent(
+    """
+    import queue, sys, grpc
+    from finsy.proto.p4.v1 import p4runtime_pb2 as p4r, p4runtime_pb2_grpc
+    channel = grpc.insecure_channel(sys.argv[1])
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    out = queue.Queue()
+    update = p4r.MasterArbitrationUpdate(device_id=1, election_id=p4r.Uint128(low=10))
+    out.put(p4r.StreamMessageRequest(arbitration=update))
+    for reply in stub.StreamChannel(iter(out.get, None)):
+        print(reply.arbitration.status.code, flush=True)
+    """
+)
+
+
+@pytest.fixture
+def frozen_primary() -> Iterator[tuple[P4RuntimeServer, subprocess.Popen[str]]]:
+    server = P4RuntimeServer(
+        Pipeline(),
+        address="127.0.0.1:0",
+        preconfigured=True,
+        keepalive_time=0.3,
+        keepalive_timeout=1.0,
+    ).start()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_CLIENT, server.address],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        yield server, proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+        server.stop(None)
+
+
+def test_keepalive_lets_a_backup_take_over_from_a_frozen_primary(
+    frozen_primary: tuple[P4RuntimeServer, subprocess.Popen[str]],
+) -> None:
+    server, proc = frozen_primary
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "0"  # OK: the subprocess is primary
+    backup = Controller(server.address)
+    assert status(backup.arbitrate(5)) == CODE.ALREADY_EXISTS
+    time.sleep(1.5)  # idle for several keepalive periods: pings keep flowing, all answered
+    assert backup.no_message()
+    os.kill(proc.pid, signal.SIGSTOP)  # frozen: its kernel still ACKs TCP, nobody answers pings
+    frozen_at = time.monotonic()
+    reply = backup.next(timeout=20)
+    assert status(reply) == CODE.OK, reply
+    assert time.monotonic() - frozen_at < 20
+    backup.write(insert(group_entity(1, [p4r.Replica(egress_port=1)])))
+    backup.close()

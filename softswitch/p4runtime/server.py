@@ -31,7 +31,7 @@ import errno
 import logging
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from types import TracebackType
@@ -59,13 +59,24 @@ from inaemu.softswitch.p4runtime.values import encode_bytes as encode_bytes  # r
 from inaemu.softswitch.p4runtime.write import ForwardingState, clear_forwarding_state, write_updates
 from inaemu.softswitch.pipeline import Pipeline
 
-__all__ = ["API_VERSION", "P4RuntimeServer", "main"]
+__all__ = [
+    "API_VERSION",
+    "MAX_MESSAGE_SIZE",
+    "MAX_METADATA_SIZE",
+    "READ_RESPONSE_BUDGET",
+    "P4RuntimeServer",
+    "main",
+]
 
 LOG = logging.getLogger(__name__)
 
 API_VERSION = "1.4.0"
 NO_PIPELINE = "No forwarding pipeline config set for this device"  # bmv2's wording (finsy)
-READ_CHUNK = 1000  # entities per ReadResponse
+
+# Limits (docs/p4runtime.md, "Limits").
+MAX_MESSAGE_SIZE = 64 << 20  # bytes per gRPC message, both ways: bmv2's JSON of ina.p4 is 6.4 MB
+MAX_METADATA_SIZE = 16 << 10  # bytes of request metadata (headers); more is RESOURCE_EXHAUSTED
+READ_RESPONSE_BUDGET = 1 << 20  # bytes per ReadResponse: far below any client's 4 MiB default
 STOP_TIMEOUT = 5.0  # seconds stop() waits past the grace for gRPC to wind down
 
 SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest.Action
@@ -99,7 +110,10 @@ class P4RuntimeServer:
     Limits on clients (docs/p4runtime.md, "Limits"): at most `max_streams` StreamChannels; a
     stream that sends no MasterArbitrationUpdate within `arbitration_timeout` seconds (None:
     wait forever) is ended with DEADLINE_EXCEEDED; a stream with `stream_queue` replies its
-    client has not read is ended with RESOURCE_EXHAUSTED.
+    client has not read is ended with RESOURCE_EXHAUSTED. gRPC keepalive: every
+    `keepalive_time` seconds (None: never) the server pings each connection, and closes one
+    whose peer has not answered within `keepalive_timeout` seconds, which ends its streams, so
+    a frozen primary loses its role and a backup takes over.
     """
 
     def __init__(
@@ -113,6 +127,8 @@ class P4RuntimeServer:
         max_streams: int = 16,
         arbitration_timeout: float | None = 10.0,
         stream_queue: int = 256,
+        keepalive_time: float | None = 10.0,
+        keepalive_timeout: float = 10.0,
     ) -> None:
         if arbitration not in ("promote", "strict"):
             raise ValueError(f"arbitration must be 'promote' or 'strict', not {arbitration!r}")
@@ -123,6 +139,8 @@ class P4RuntimeServer:
         self.device_id = device_id
         self.arbitration: Arbitration = arbitration
         self.max_streams = max_streams
+        self.keepalive_time = keepalive_time
+        self.keepalive_timeout = keepalive_timeout
         self._committed = load_p4info().message
         self._forwarding = ForwardingState(pipeline, P4Info(self._committed))
         self._lock = threading.RLock()
@@ -157,16 +175,41 @@ class P4RuntimeServer:
         host = self.requested_address.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
+    def grpc_options(self) -> list[tuple[str, int]]:
+        """The gRPC server options (channel arguments) the server is started with."""
+        options = [
+            ("grpc.so_reuseport", 0),  # a second server on the port must fail
+            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+            ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+            # gRPC's default is a soft limit of 8 KiB (past it, a random share of requests is
+            # refused) and a hard one of 16 KiB: one hard limit, always the same answer.
+            ("grpc.max_metadata_size", MAX_METADATA_SIZE),
+            ("grpc.absolute_max_metadata_size", MAX_METADATA_SIZE),
+        ]
+        if self.keepalive_time is not None:
+            timeout_ms = max(1, round(self.keepalive_timeout * 1000))
+            options += [
+                ("grpc.keepalive_time_ms", max(1, round(self.keepalive_time * 1000))),
+                ("grpc.keepalive_timeout_ms", timeout_ms),
+                # what gRPC (1.85) actually waits for a ping's ack before it closes the
+                # connection; without it a frozen peer is found out only after a minute
+                ("grpc.http2.ping_timeout_ms", timeout_ms),
+                ("grpc.keepalive_permit_without_calls", 1),
+                # gRPC stops pinging after 2 pings without data; an idle stream would go
+                # unwatched after that
+                ("grpc.http2.max_pings_without_data", 0),
+                # clients may ping too (every 10 s at most) without being sent away
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ]
+        return options
+
     def start(self) -> Self:
         if self._server is not None:
             raise RuntimeError("the P4Runtime server is already started")
         executor = futures.ThreadPoolExecutor(
             max_workers=self.max_streams + 8, thread_name_prefix="p4runtime"
         )
-        server = grpc.server(
-            executor,
-            options=[("grpc.so_reuseport", 0)],  # a second server on the port must fail
-        )
+        server = grpc.server(executor, options=self.grpc_options())
         server.add_generic_rpc_handlers((_handlers(_Servicer(self)),))
         try:
             port = server.add_insecure_port(self.requested_address)
@@ -388,6 +431,24 @@ def _batch_status(
     return grpc.StatusCode.UNKNOWN, message, status
 
 
+def _read_responses(
+    entities: Iterable[p4runtime_pb2.Entity], budget: int = READ_RESPONSE_BUDGET
+) -> Iterator[p4runtime_pb2.ReadResponse]:
+    """`entities` in ReadResponses of at most `budget` bytes each (an entity larger than the
+    budget goes alone)."""
+    chunk: list[p4runtime_pb2.Entity] = []
+    size = 0
+    for entity in entities:
+        need = entity.ByteSize() + 6  # the field's tag and length prefix: at most 6 bytes
+        if chunk and size + need > budget:
+            yield p4runtime_pb2.ReadResponse(entities=chunk)
+            chunk, size = [], 0
+        chunk.append(entity)
+        size += need
+    if chunk:
+        yield p4runtime_pb2.ReadResponse(entities=chunk)
+
+
 def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
     """The P4Runtime service, with request parsing that cannot trip gRPC up (`lenient`)."""
     p4r = p4runtime_pb2
@@ -472,8 +533,7 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             found, results = self.server.read(request)
         except P4RuntimeFailure as failure:
             self._fail(context, failure)
-        for start in range(0, len(found), READ_CHUNK):
-            yield p4runtime_pb2.ReadResponse(entities=found[start : start + READ_CHUNK])
+        yield from _read_responses(found)
         if any(r is not None for r in results):
             self._fail_batch(context, results, "Read")
 
