@@ -32,6 +32,7 @@ from inaemu.softswitch.p4runtime.server import (
     READ_RESPONSE_BUDGET,
     P4RuntimeServer,
 )
+from inaemu.softswitch.p4runtime.write import MAX_REPLICAS
 from inaemu.softswitch.pipeline import Pipeline
 from tests.test_p4runtime_server import (
     CODE,
@@ -452,3 +453,69 @@ def test_keepalive_lets_a_backup_take_over_from_a_frozen_primary(
     assert time.monotonic() - frozen_at < 20
     backup.write(insert(group_entity(1, [p4r.Replica(egress_port=1)])))
     backup.close()
+
+
+# ---------------------------------------------------------------------- multicast groups
+
+
+def replicas(n: int) -> list[p4r.Replica]:
+    return [p4r.Replica(egress_port=i % 500, instance=i // 500) for i in range(n)]
+
+
+def test_multicast_replica_cap(primary: Controller, server: P4RuntimeServer) -> None:
+    err = rpc_error(lambda: primary.write(insert(group_entity(1, replicas(30_000)))))
+    [(code, message)] = batch_errors(err)
+    assert code == CODE.RESOURCE_EXHAUSTED
+    assert f"at most {MAX_REPLICAS}" in message and "30000" in message
+    primary.write(insert(group_entity(1, replicas(MAX_REPLICAS))))
+    assert len(server.pipeline.multicast.groups[1]) == MAX_REPLICAS
+    [read] = primary.read(group_entity(1, []))
+    assert len(read.packet_replication_engine_entry.multicast_group_entry.replicas) == MAX_REPLICAS
+
+
+def test_multicast_replicas_are_checked_outside_the_pipeline_lock(
+    primary: Controller, server: P4RuntimeServer
+) -> None:
+    bad = {
+        "repeated": [*replicas(MAX_REPLICAS - 1), p4r.Replica(egress_port=0, instance=0)],
+        "drop port": [*replicas(10), p4r.Replica(egress_port=511)],
+        "no port": [*replicas(10), p4r.Replica(instance=3)],
+    }
+    results: queue.Queue[Any] = queue.Queue()
+    with server.pipeline.lock:  # the data plane is busy: a refused group must not wait
+        for name, group in bad.items():
+            threading.Thread(
+                target=lambda g=group: results.put(
+                    rpc_error(lambda: primary.write(insert(group_entity(1, g))))
+                ),
+                daemon=True,
+            ).start()
+            err = results.get(timeout=10)
+            [(code, message)] = batch_errors(err)
+            assert code == CODE.INVALID_ARGUMENT, (name, message)
+    assert server.pipeline.multicast.groups == {}
+
+
+# ---------------------------------------------------------------------- rollback
+
+
+@pytest.mark.parametrize(
+    "atomicity", [p4r.WriteRequest.ROLLBACK_ON_ERROR, p4r.WriteRequest.DATAPLANE_ATOMIC]
+)
+def test_rolled_back_batch_names_the_failed_update(
+    atomicity: Any, primary: Controller, server: P4RuntimeServer
+) -> None:
+    good = [insert(group_entity(g, [p4r.Replica(egress_port=g)])) for g in (1, 2, 3)]
+    bad = insert(te_entity(raw_entry("ina_job", JOB1, "agg_node", agg_node(fanin=0))))
+    err = rpc_error(lambda: primary.write(good[0], good[1], bad, good[2], atomicity=atomicity))
+    assert "#2: INVALID_ARGUMENT" in err.details() and "fanin" in err.details(), err.details()
+    assert "1 of 4 failed" in err.details()
+    results = batch_errors(err)
+    assert [c for c, _ in results] == [
+        CODE.ABORTED,
+        CODE.ABORTED,
+        CODE.INVALID_ARGUMENT,
+        CODE.ABORTED,
+    ]
+    assert all("#2" in m for i, (_, m) in enumerate(results) if i != 2), results
+    assert server.pipeline.multicast.groups == {}

@@ -412,10 +412,18 @@ def _explain_diff(diff: str) -> str:
 def _batch_status(
     results: list[P4RuntimeFailure | None], what: str
 ) -> tuple[Any, str, status_pb2.Status]:
+    """The status of a batch with failures; its message names the first update that failed.
+
+    Updates ABORTED because another one failed (rolled back, or not attempted) are counted
+    apart: the message is about the update that failed, not the first one rolled back.
+    """
     failures = [(i, r) for i, r in enumerate(results) if r is not None]
-    first_index, first = failures[0]
+    real = [(i, r) for i, r in failures if r.code != grpc.StatusCode.ABORTED]
+    causes = real or failures
+    first_index, first = causes[0]
+    others = f", {len(failures) - len(real)} aborted" if real and len(real) < len(failures) else ""
     message = (
-        f"{what} failure: {len(failures)} of {len(results)} failed; "
+        f"{what} failure: {len(causes)} of {len(results)} failed{others}; "
         f"#{first_index}: {first.code.name}: {first.message}"
     )
     status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message=message)

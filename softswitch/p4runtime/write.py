@@ -3,14 +3,19 @@
 `write_updates` applies one WriteRequest's updates (table entries, default actions, multicast
 groups, counters, the direct counter) under `pipeline.lock`; every update returns an undo, so a
 failed batch is rolled back unless the request says CONTINUE_ON_ERROR. `ForwardingState` is what
-writes change and softswitch/p4rt_read.py reads: the pipeline, and what a controller wrote that
-the pipeline does not keep (entry metadata, the form of multicast replicas), to echo it back.
+writes change and read.py reads: the pipeline, and what a controller wrote that the pipeline
+does not keep (entry metadata, the form of multicast replicas), to echo it back.
+
+Checks that need no state (multicast replicas: ports, instances, repeats, the per-group cap) are
+made before the pipeline lock is taken, so the data plane waits only for the changes themselves.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -31,17 +36,26 @@ from inaemu.softswitch.p4runtime.values import decode_bytes, from_state_error
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, ExactTable, StateError, TableEntry
 
-__all__ = ["ForwardingState", "GroupCache", "clear_forwarding_state", "write_updates"]
+__all__ = [
+    "MAX_REPLICAS",
+    "ForwardingState",
+    "GroupCache",
+    "clear_forwarding_state",
+    "write_updates",
+]
 
 LOG = logging.getLogger(__name__)
 
 MAX_MULTICAST_GROUP = 0xFFFF  # v1model mcast_grp is bit<16>
 MAX_INSTANCE = 0xFFFF  # v1model egress_rid is bit<16>
+MAX_REPLICAS = 4096  # replicas per multicast group (every packet to the group is copied to each)
 
 UpdateType = p4runtime_pb2.Update.Type
 Atomicity = p4runtime_pb2.WriteRequest.Atomicity
+UPDATE_TYPES = (UpdateType.INSERT, UpdateType.MODIFY, UpdateType.DELETE)
 
 Undo = Callable[[], None]
+Change = Callable[[], Undo]  # an update, checked as far as it can be without the state
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -74,44 +88,67 @@ class ForwardingState:
 def write_updates(
     state: ForwardingState, request: p4runtime_pb2.WriteRequest
 ) -> list[P4RuntimeFailure | None] | None:
-    """Apply a batch; None if all updates succeeded, else one result per update."""
+    """Apply a batch; None if all updates succeeded, else one result per update.
+
+    With ROLLBACK_ON_ERROR or DATAPLANE_ATOMIC the first failure stops the batch; the updates
+    before it are undone and those after it not attempted, both ABORTED with the number of the
+    update that failed.
+    """
     if request.atomicity not in Atomicity.values():
         raise invalid(f"unknown atomicity {request.atomicity}")
     atomic = request.atomicity != Atomicity.CONTINUE_ON_ERROR
+    mode = Atomicity.Name(request.atomicity)
+    changes = [_prepare(state, update) for update in request.updates]  # no lock yet
+    first_refused = next(
+        (i for i, c in enumerate(changes) if isinstance(c, P4RuntimeFailure)), len(changes)
+    )
+    attempted = changes[:first_refused] if atomic else changes
+    needs_lock = any(not isinstance(c, P4RuntimeFailure) for c in attempted)
     results: list[P4RuntimeFailure | None] = []
     undos: list[Undo] = []
-    failed = False
-    with state.pipeline.lock:
-        for index, update in enumerate(request.updates):
-            if failed and atomic:
+    failed_at: int | None = None
+    with state.pipeline.lock if needs_lock else contextlib.nullcontext():
+        for index, change in enumerate(changes):
+            if failed_at is not None and atomic:
                 results.append(
                     P4RuntimeFailure(
                         grpc.StatusCode.ABORTED,
-                        f"not attempted: an earlier update failed and atomicity is "
-                        f"{Atomicity.Name(request.atomicity)}",
+                        f"not attempted: update #{failed_at} failed and atomicity is {mode}",
                     )
                 )
                 continue
             try:
-                undos.append(_apply(state, update))
+                if isinstance(change, P4RuntimeFailure):
+                    raise change
+                undos.append(change())
                 results.append(None)
-            except P4RuntimeFailure as failure:
+            except (P4RuntimeFailure, StateError) as err:
+                failure = from_state_error(err) if isinstance(err, StateError) else err
                 LOG.debug("update %d refused: %s", index, failure.message)
                 results.append(failure)
-                failed = True
-            except StateError as err:
-                results.append(from_state_error(err))
-                failed = True
-        if failed and atomic:
+                if failed_at is None:
+                    failed_at = index
+        if failed_at is not None and atomic:
             for undo in reversed(undos):
                 undo()
-            results = [
-                r
-                if r is not None
-                else P4RuntimeFailure(grpc.StatusCode.ABORTED, "rolled back: another update failed")
-                for r in results
-            ]
-    return results if failed else None
+            rolled_back = P4RuntimeFailure(
+                grpc.StatusCode.ABORTED, f"rolled back: update #{failed_at} failed ({mode})"
+            )
+            results = [rolled_back if r is None else r for r in results]
+    return results if failed_at is not None else None
+
+
+def _prepare(state: ForwardingState, update: p4runtime_pb2.Update) -> Change | P4RuntimeFailure:
+    """The change `update` asks for, after the checks that need no state (made here, before
+    the pipeline lock); or why it is refused."""
+    kind = update.entity.WhichOneof("entity")
+    try:
+        if kind == "packet_replication_engine_entry" and update.type in UPDATE_TYPES:
+            pre = update.entity.packet_replication_engine_entry
+            return _prepare_pre(state, update.type, pre)
+        return functools.partial(_apply, state, update)
+    except P4RuntimeFailure as failure:
+        return failure
 
 
 def clear_forwarding_state(state: ForwardingState) -> None:
@@ -139,13 +176,13 @@ def _restore(mapping: dict[K, V], key: K, old: V | None) -> None:
 def _apply(state: ForwardingState, update: p4runtime_pb2.Update) -> Undo:
     kind = update.entity.WhichOneof("entity")
     utype = update.type
-    if utype not in (UpdateType.INSERT, UpdateType.MODIFY, UpdateType.DELETE):
+    if utype not in UPDATE_TYPES:
         raise invalid("update type must be INSERT, MODIFY or DELETE")
     entity = update.entity
     if kind == "table_entry":
         return _write_table_entry(state, utype, entity.table_entry)
     if kind == "packet_replication_engine_entry":
-        return _write_pre(state, utype, entity.packet_replication_engine_entry)
+        return _prepare_pre(state, utype, entity.packet_replication_engine_entry)()
     if kind == "counter_entry":
         return _write_counter(state, utype, entity.counter_entry)
     if kind == "direct_counter_entry":
@@ -344,9 +381,11 @@ def _write_default(
 # ---------------------------------------------------------------------- multicast
 
 
-def _write_pre(
+def _prepare_pre(
     state: ForwardingState, utype: int, pre: p4runtime_pb2.PacketReplicationEngineEntry
-) -> Undo:
+) -> Change:
+    """A multicast group change: everything about the group is checked here, without the
+    pipeline lock (constant time per replica); the change itself is a swap of its list."""
     kind = pre.WhichOneof("type")
     if kind == "clone_session_entry":
         raise P4RuntimeFailure(
@@ -364,23 +403,58 @@ def _write_pre(
     multicast = state.pipeline.multicast
     groups = multicast.groups
     caches = state.groups
-    old = groups.get(mgid)
-    old_cache = caches.get(mgid)
-
-    def undo() -> None:
-        _restore(groups, mgid, old)
-        _restore(caches, mgid, old_cache)
-
     if utype == UpdateType.DELETE:
+
+        def delete() -> Undo:
+            old, old_cache = groups.get(mgid), caches.get(mgid)
+            try:
+                multicast.delete(mgid)
+            except StateError as err:
+                raise from_state_error(err) from None
+            caches.pop(mgid, None)
+            return functools.partial(_restore_group, state, mgid, old, old_cache)
+
+        return delete
+    replicas, forms = _parse_replicas(mgid, mg.replicas)
+    cache = GroupCache(replicas, forms, mg.metadata)
+    store = multicast.insert if utype == UpdateType.INSERT else multicast.modify
+
+    def change() -> Undo:
+        old, old_cache = groups.get(mgid), caches.get(mgid)
         try:
-            multicast.delete(mgid)
+            store(mgid, replicas)
         except StateError as err:
             raise from_state_error(err) from None
-        caches.pop(mgid, None)
-        return undo
+        caches[mgid] = cache
+        return functools.partial(_restore_group, state, mgid, old, old_cache)
+
+    return change
+
+
+def _restore_group(
+    state: ForwardingState,
+    mgid: int,
+    old: list[tuple[int, int]] | None,
+    old_cache: GroupCache | None,
+) -> None:
+    _restore(state.pipeline.multicast.groups, mgid, old)
+    _restore(state.groups, mgid, old_cache)
+
+
+def _parse_replicas(
+    mgid: int, given: Sequence[p4runtime_pb2.Replica]
+) -> tuple[list[tuple[int, int]], list[bool]]:
+    """(port, instance) of each replica, and whether its port came as bytes (`port`)."""
+    if len(given) > MAX_REPLICAS:
+        raise P4RuntimeFailure(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"multicast group {mgid}: {len(given)} replicas; this switch takes at most "
+            f"{MAX_REPLICAS} per group",
+        )
     replicas: list[tuple[int, int]] = []
     forms: list[bool] = []
-    for n, r in enumerate(mg.replicas):
+    seen: set[tuple[int, int]] = set()
+    for n, r in enumerate(given):
         what = f"multicast group {mgid}: replica {n}"
         form = r.WhichOneof("port_kind")
         if form is None:
@@ -397,19 +471,13 @@ def _write_pre(
             )
         if r.instance > MAX_INSTANCE:
             raise invalid(f"{what}: instance {r.instance} does not fit v1model's 16-bit egress_rid")
-        if (port, r.instance) in replicas:
+        key = (port, r.instance)
+        if key in seen:
             raise invalid(f"{what}: (port {port}, instance {r.instance}) is repeated")
-        replicas.append((port, r.instance))
+        seen.add(key)
+        replicas.append(key)
         forms.append(form == "port")
-    try:
-        if utype == UpdateType.INSERT:
-            multicast.insert(mgid, replicas)
-        else:
-            multicast.modify(mgid, replicas)
-    except StateError as err:
-        raise from_state_error(err) from None
-    caches[mgid] = GroupCache(list(replicas), forms, mg.metadata)
-    return undo
+    return replicas, forms
 
 
 # ---------------------------------------------------------------------- counters
