@@ -1,8 +1,11 @@
 """`inaemu`: the command line.
 
     inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
-    inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]          (python -m softswitch)
-    inaemu topo star|leaf-spine|fat-tree ... -o topology.json
+    inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]  (python -m inaemu.softswitch)
+    inaemu conformance [--target softswitch|bmv2|all] [--cases DIR] [-k NAME]
+    inaemu topo star|leaf-spine|fat-tree ... [--program p4/build/ina.json] -o topology.json
+    inaemu pipeline push  -t topology.json [--device-config F] [--force]
+    inaemu pipeline check -t topology.json
     inaemu job add    -t topology.json --job 1 --workers h1,h2,h3 [--pool 64] [--trees 1]
     inaemu job remove -t topology.json --job 1
     inaemu job list   -t topology.json
@@ -24,17 +27,19 @@ import dataclasses
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import finsy as fy
 
 from inaemu.controller.demo import DemoOptions, main_demo
-from inaemu.controller.jobs import JobError, JobSpec
+from inaemu.controller.jobs import MAX_EPOCH, MAX_MGID, JobError, JobManager, JobSpec, Placement
 from inaemu.controller.model import loss_threshold
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
 from inaemu.controller.topology import (
     Integer,
     Items,
+    Named,
     Record,
     Text,
     Topology,
@@ -44,6 +49,7 @@ from inaemu.controller.topology import (
     read_json,
     star,
 )
+from inaemu.p4.constants import INA_SLOTS
 
 
 def _ports(text: str) -> list[int]:
@@ -56,6 +62,12 @@ def _state_path(args: argparse.Namespace) -> Path:
     return Path(args.state) if args.state else Path(str(args.topology) + ".jobs.json")
 
 
+_EPOCHS = Named("switch", Integer(0, MAX_EPOCH))
+_POOLS = Named(
+    "switch",
+    Items(Integer(0, INA_SLOTS), "pool #{}".format, lo=2, hi=2, what="a [base, size] pool"),
+)
+_MGIDS = Items(Named("switch", Integer(1, MAX_MGID)), "tree #{}".format)
 _STATE_SCHEMA = Record(
     {
         "jobs": Items(
@@ -66,50 +78,83 @@ _STATE_SCHEMA = Record(
                     "pool_size": Integer(1, 2**32 - 1),
                     "n_trees": Integer(1, 2**32 - 1),
                     "roots": Items(Text(), "root #{}".format),
+                    "pools": _POOLS,
+                    "mgids": _MGIDS,
+                    "epochs": _EPOCHS,
                 },
-                frozenset({"job_id", "workers", "pool_size", "n_trees"}),
+                frozenset(
+                    {"job_id", "workers", "pool_size", "n_trees", "pools", "mgids", "epochs"}
+                ),
             ),
             "job #{}".format,
             in_place=True,
-        )
+        ),
+        "epochs": _EPOCHS,
     },
-    frozenset({"jobs"}),
+    frozenset({"jobs", "epochs"}),
 )
 
 
-def _load_specs(path: Path) -> list[JobSpec]:
+@dataclass
+class JobState:
+    """What the job commands keep between runs: the installed jobs with where each lives (slot
+    pools, multicast groups, epochs: so later commands plan exactly what the switches hold),
+    and the last epoch issued per switch (so a new installation always gets a new one)."""
+
+    jobs: list[tuple[JobSpec, Placement]]
+    epochs: dict[str, int]
+
+
+def _load_state(path: Path) -> JobState:
     if not path.exists():
-        return []
+        return JobState([], {})
     try:
         raw = read_json(path, "job state file")
         _STATE_SCHEMA(raw, (str(path),))
     except TopologyError as exc:
         raise ControllerError(f"{exc}; delete it if the switches were restarted") from None
-    return [
-        JobSpec(
-            j["job_id"],
-            tuple(j["workers"]),
-            j["pool_size"],
-            j["n_trees"],
-            tuple(j.get("roots", ())),
-        )
-        for j in raw["jobs"]
-    ]
+    return JobState(
+        [
+            (
+                JobSpec(
+                    j["job_id"],
+                    tuple(j["workers"]),
+                    j["pool_size"],
+                    j["n_trees"],
+                    tuple(j.get("roots", ())),
+                ),
+                Placement(
+                    {sw: (base, size) for sw, (base, size) in j["pools"].items()},
+                    {(sw, t): m for t, tree in enumerate(j["mgids"]) for sw, m in tree.items()},
+                    dict(j["epochs"]),
+                ),
+            )
+            for j in raw["jobs"]
+        ],
+        dict(raw["epochs"]),
+    )
 
 
-def _save_specs(path: Path, specs: list[JobSpec]) -> None:
+def _save_state(path: Path, jobs: JobManager) -> None:
     text = json.dumps(
         {
             "jobs": [
                 {
-                    "job_id": s.job_id,
-                    "workers": list(s.workers),
-                    "pool_size": s.pool_size,
-                    "n_trees": s.n_trees,
-                    "roots": list(s.roots),
+                    "job_id": r.spec.job_id,
+                    "workers": list(r.spec.workers),
+                    "pool_size": r.spec.pool_size,
+                    "n_trees": r.spec.n_trees,
+                    "roots": list(r.spec.roots),
+                    "pools": {sw: list(pool) for sw, pool in sorted(r.pools.items())},
+                    "mgids": [
+                        {sw: m for (sw, t), m in sorted(r.mgids.items()) if t == tree}
+                        for tree in range(len(r.trees))
+                    ],
+                    "epochs": r.epochs,
                 }
-                for s in specs
-            ]
+                for _, r in sorted(jobs.jobs.items())
+            ],
+            "epochs": jobs.epochs,
         },
         indent=2,
     )
@@ -128,7 +173,7 @@ def _controller(args: argparse.Namespace) -> tuple[Controller, list[JobSpec]]:
     bad input is refused before any switch is touched."""
     topo = Topology.load(args.topology)
     path = _state_path(args)
-    specs = _load_specs(path)
+    state = _load_state(path)
     files = PipelineFiles()
     if args.device_config:
         config = Path(args.device_config)
@@ -142,15 +187,19 @@ def _controller(args: argparse.Namespace) -> tuple[Controller, list[JobSpec]]:
         files = PipelineFiles(device_config=config)
     push = getattr(args, "command", "") == "pipeline" and args.action == "push"
     ctl = Controller(topo, pipeline=files, push_pipeline=push, force_push=push and bool(args.force))
-    for spec in specs:  # replay: the same plans, nothing written
+    for spec, placed in state.jobs:  # replay: the same plans, nothing written
         try:
-            ctl.jobs.commit_add(ctl.jobs.plan_add(spec))
+            ctl.jobs.commit_add(ctl.jobs.plan_add(spec, placed=placed))
         except JobError as exc:
             raise ControllerError(
                 f"{path}: job {spec.job_id} does not fit the topology ({exc}); "
                 "delete the file if the switches were restarted"
             ) from None
-    return ctl, specs
+    try:
+        ctl.jobs.restore_epochs(state.epochs)
+    except JobError as exc:
+        raise ControllerError(f"{path}: {exc}; delete it if the switches were restarted") from None
+    return ctl, [spec for spec, _ in state.jobs]
 
 
 def _run(
@@ -187,7 +236,7 @@ def cmd_job(args: argparse.Namespace) -> None:
         path = _state_path(args)
         if args.action == "add":
             record = await ctl.add_job(spec)
-            _save_specs(path, [*specs, spec])
+            _save_state(path, ctl.jobs)
             for sw in record.switches:
                 base, size = record.pools[sw]
                 roles = ", ".join(
@@ -198,7 +247,7 @@ def cmd_job(args: argparse.Namespace) -> None:
                 print(f"job {spec.job_id}: {sw} slots [{base}, {base + size}) ({roles})")
         else:
             await ctl.remove_job(args.job)
-            _save_specs(path, [s for s in specs if s.job_id != args.job])
+            _save_state(path, ctl.jobs)
             print(f"job {args.job} removed")
 
     ctl, specs = _controller(args)

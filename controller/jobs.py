@@ -80,6 +80,20 @@ class JobRecord:
         return sorted(self.pools)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an installed job lives: its slot pool and epoch per switch and its multicast
+    group per (switch, tree); what a job state file keeps to replay a plan exactly."""
+
+    pools: Mapping[str, tuple[int, int]]
+    mgids: Mapping[tuple[str, int], int]
+    epochs: Mapping[str, int]
+
+    @staticmethod
+    def of(record: JobRecord) -> Placement:
+        return Placement(dict(record.pools), dict(record.mgids), dict(record.epochs))
+
+
 def add_tree_node(
     plan: SwitchPlan,
     job_id: int,
@@ -217,7 +231,11 @@ class JobManager:
         self.mgids: dict[str, set[int]] = {sw: set() for sw in topo.switches}
         self.egress_refs: dict[tuple[str, int], int] = {}  # (switch, host port) -> jobs
         self.epochs: dict[str, int] = {sw: 0 for sw in topo.switches}  # last issued
-        for sw, last in (epochs or {}).items():
+        self.restore_epochs(epochs or {})
+
+    def restore_epochs(self, epochs: Mapping[str, int]) -> None:
+        """Set the last epoch issued per switch, as saved after the jobs were replayed."""
+        for sw, last in epochs.items():
             if sw not in self.epochs:
                 raise JobError(f"epochs given for switch {sw!r}, which the topology lacks")
             if not 0 <= last <= MAX_EPOCH:
@@ -226,7 +244,11 @@ class JobManager:
 
     # ------------------------------------------------------------------ add
 
-    def plan_add(self, spec: JobSpec) -> JobRecord:
+    def plan_add(self, spec: JobSpec, *, placed: Placement | None = None) -> JobRecord:
+        """Plan `spec`: free slot pools, free multicast groups and a new epoch on every switch
+        it crosses; or, with `placed` (what an earlier plan of it chose, saved by whoever keeps
+        the jobs across processes), exactly those, so that the plan is what the switches hold.
+        """
         if not 0 <= spec.job_id <= 0xFFFF:
             raise JobError(f"job id {spec.job_id} does not fit 16 bits")
         if spec.job_id in self.jobs:
@@ -258,8 +280,27 @@ class JobManager:
         except TopologyError as exc:
             raise JobError(f"job {spec.job_id}: {exc}") from None
 
+        switches = sorted({s for t in trees for s in t})
+        if placed is not None:
+            pools, mgids, epochs = self._check_placed(spec, placed, trees)
+        else:
+            pools, mgids = self._place(spec, trees, switches)
+            epochs = {sw: next_epoch(self.epochs[sw]) for sw in pools}
+        plans = {sw: SwitchPlan() for sw in pools}
+        for t, tree in enumerate(trees):
+            for sw, n in tree.items():
+                add_tree_node(plans[sw], spec.job_id, t, n, pools[sw], mgids[(sw, t)], epochs[sw])
+        for sw, port, host in self._host_ports(trees):
+            if self.egress_refs.get((sw, port), 0) == 0:
+                plans[sw].tables.append(self._egress_write(sw, port, host))
+        return JobRecord(spec, trees, pools, mgids, plans, dict(epochs))
+
+    def _place(
+        self, spec: JobSpec, trees: list[dict[str, TreeNode]], switches: list[str]
+    ) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, int], int]]:
+        """A free slot pool on every switch and a free multicast group per (switch, tree)."""
         pools: dict[str, tuple[int, int]] = {}
-        for sw in sorted({s for t in trees for s in t}):
+        for sw in switches:
             base = self.pools[sw].find(spec.pool_size)
             if base is None:
                 raise JobError(
@@ -268,7 +309,6 @@ class JobManager:
                     "pool_size or remove a job"
                 )
             pools[sw] = (base, spec.pool_size)
-
         mgids: dict[tuple[str, int], int] = {}
         taken = {sw: set(ids) for sw, ids in self.mgids.items()}
         for t, tree in enumerate(trees):
@@ -278,16 +318,30 @@ class JobManager:
                     raise JobError(f"switch {sw!r} has no free multicast group id")
                 taken[sw].add(free)
                 mgids[(sw, t)] = free
+        return pools, mgids
 
-        epochs = {sw: next_epoch(self.epochs[sw]) for sw in pools}
-        plans = {sw: SwitchPlan() for sw in pools}
-        for t, tree in enumerate(trees):
-            for sw, n in tree.items():
-                add_tree_node(plans[sw], spec.job_id, t, n, pools[sw], mgids[(sw, t)], epochs[sw])
-        for sw, port, host in self._host_ports(trees):
-            if self.egress_refs.get((sw, port), 0) == 0:
-                plans[sw].tables.append(self._egress_write(sw, port, host))
-        return JobRecord(spec, trees, pools, mgids, plans, epochs)
+    def _check_placed(
+        self, spec: JobSpec, placed: Placement, trees: list[dict[str, TreeNode]]
+    ) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, int], int], dict[str, int]]:
+        """`placed`, if it fits this plan and collides with nothing the manager holds."""
+        what = f"job {spec.job_id}: saved placement"
+        switches = sorted({s for t in trees for s in t})
+        if set(placed.pools) != set(switches) or set(placed.epochs) != set(switches):
+            raise JobError(f"{what} names switches {sorted(placed.pools)}, the plan {switches}")
+        for sw, (base, size) in placed.pools.items():
+            clash = [
+                j for j, (b, n) in self.pools[sw].used.items() if b < base + size and base < b + n
+            ]
+            if size != spec.pool_size or base < 0 or base + size > INA_SLOTS or clash:
+                raise JobError(f"{what}: pool [{base}, {base + size}) on {sw!r} does not fit")
+        if not all(1 <= e <= MAX_EPOCH for e in placed.epochs.values()):
+            raise JobError(f"{what}: epochs {placed.epochs} must be 1..{MAX_EPOCH}")
+        if set(placed.mgids) != {(sw, t) for t, tree in enumerate(trees) for sw in tree}:
+            raise JobError(f"{what}: multicast groups do not match the plan's trees")
+        for (sw, _), mgid in placed.mgids.items():
+            if not 1 <= mgid <= MAX_MGID or mgid in self.mgids[sw]:
+                raise JobError(f"{what}: multicast group {mgid} on {sw!r} is taken or invalid")
+        return dict(placed.pools), dict(placed.mgids), dict(placed.epochs)
 
     @staticmethod
     def _host_ports(trees: list[dict[str, TreeNode]]) -> list[tuple[str, int, str]]:

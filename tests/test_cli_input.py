@@ -270,16 +270,45 @@ def test_unreadable_topology_files(
     assert str(path) in err and message in err
 
 
+GOOD_JOB = {
+    "job_id": 1,
+    "workers": ["h1"],
+    "pool_size": 4,
+    "n_trees": 1,
+    "pools": {"s1": [0, 4]},
+    "mgids": [{"s1": 1}],
+    "epochs": {"s1": 1},
+}
+
+
+def _state(*jobs: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {"jobs": list(jobs), "epochs": {"s1": 1}} | changes
+
+
 @pytest.mark.parametrize(
     ("state", "message"),
     [
-        ({"jobs": [{"job_id": "x", "workers": ["h1"], "pool_size": 4, "n_trees": 1}]}, "job_id"),
-        ({"jobs": [{"job_id": 1, "workers": "h1", "pool_size": 4, "n_trees": 1}]}, "workers"),
-        ({"jobs": [{"job_id": 1, "workers": ["h1"], "n_trees": 1}]}, '"pool_size" is missing'),
-        ({"jobs": {}}, "jobs: expected a list"),
+        (_state(GOOD_JOB | {"job_id": "x"}), "job_id"),
+        (_state(GOOD_JOB | {"workers": "h1"}), "workers"),
+        (_state({k: v for k, v in GOOD_JOB.items() if k != "pool_size"}), '"pool_size" is missing'),
+        (_state(GOOD_JOB | {"pools": {"s1": [0]}}), "expected a [base, size] pool"),
+        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "mgids": [{"s1": 2}]}), "does not fit"),
+        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "pools": {"s1": [4, 4]}}), "is taken"),
+        (_state(GOOD_JOB, epochs=None), "epochs"),
+        ({"jobs": {}, "epochs": {}}, "jobs: expected a list"),
         ([], "expected an object"),
     ],
-    ids=["job-id", "workers", "pool-missing", "jobs-object", "list"],
+    ids=[
+        "job-id",
+        "workers",
+        "pool-missing",
+        "pool-shape",
+        "pools-overlap",
+        "mgid-taken",
+        "epochs",
+        "jobs-object",
+        "list",
+    ],
 )
 def test_bad_job_state_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], state: Any, message: str
@@ -288,7 +317,7 @@ def test_bad_job_state_file(
     path.write_text(json.dumps(star_json()))
     (tmp_path / "t.json.jobs.json").write_text(json.dumps(state))
     err = refused(capsys, "job", "list", "-t", str(path))
-    assert "t.json.jobs.json" in err and message in err and "delete it" in err
+    assert "t.json.jobs.json" in err and message in err and "delete" in err
 
 
 def test_topology_output_that_cannot_be_written(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
@@ -312,6 +313,14 @@ def test_cli_job_commands(tmp_path: Path) -> None:
         assert out.returncode == 1 and "unknown host 'h9'" in out.stderr
         assert cli("job", "remove", "-t", str(topo_file), "--job", "7").returncode == 0
         assert sorted(k[0] for k in pipe.ina_child.entries) == [8]
+        # the state file keeps each job's epochs and the last issued: a reinstallation of job 7
+        # through a new process gets a new epoch, so no slot state of the first one is reused
+        state = json.loads((tmp_path / "topology.json.jobs.json").read_text())
+        assert state["epochs"] == {"s1": 2} and state["jobs"][0]["epochs"] == {"s1": 2}
+        out = cli("job", "add", "-t", str(topo_file), "--job", "7", "--workers", "h1,h2")
+        assert out.returncode == 0, out.stderr
+        epoch = pipe.ina_job.entries[(7, 0)].action.params[-1]
+        assert epoch == 3, pipe.ina_job.entries[(7, 0)]
         (tmp_path / "bad.json").write_text('{"switches": {}, "links": []}')
         out = cli("stats", "-t", str(tmp_path / "bad.json"))
         assert out.returncode == 1 and "no switches" in out.stderr
