@@ -2,7 +2,7 @@
 
 `read_entities` answers each requested entity (a table's entries or default entry, counters,
 the direct counter, multicast groups; wildcards included) under `pipeline.lock`, echoing what
-a controller wrote that the pipeline does not keep (see `ForwardingState` in p4rt_write.py).
+a controller wrote that the pipeline does not keep (see `ForwardingState` in write.py).
 """
 
 from __future__ import annotations
