@@ -20,9 +20,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     its dependencies are lent from the test's own environment (a .pth line, so no registry is
     needed and this checkout's editable install is not seen). Returns the venv's python."""
     wheels = tmp_path_factory.mktemp("wheel")
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-        + ["-w", str(wheels), str(ROOT)],
+        [*pip_wheel, "-w", str(wheels), str(ROOT)],
         capture_output=True,
         text=True,
     )
@@ -50,7 +50,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(python), *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    argv = [str(python), *args]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def test_only_the_inaemu_namespace_is_installed(installed: Path, tmp_path: Path) -> None:
