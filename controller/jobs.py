@@ -18,7 +18,7 @@ processes keeps `epochs` too and hands them back (`JobManager(topo, epochs=...)`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from inaemu.controller.model import (
     CHILD_TABLE,
@@ -30,7 +30,17 @@ from inaemu.controller.model import (
     TableWrite,
 )
 from inaemu.controller.topology import Topology, TopologyError
-from inaemu.hostlib.wire import MAX_FANIN, ip_int, mac_bytes
+from inaemu.controller.trees import (
+    DirectedLink,
+    TreeError,
+    auto_tree_count,
+    build_trees,
+    link_trees,
+    max_trees_per_link,
+)
+from inaemu.controller.trees import TreeNode as TreeNode  # re-exported: plans name it
+from inaemu.controller.trees import choose_roots as choose_roots
+from inaemu.hostlib.wire import ip_int, mac_bytes
 from inaemu.p4.constants import INA_SLOTS
 
 MAX_MGID = 0xFFFF
@@ -51,33 +61,35 @@ class JobSpec:
     job_id: int
     workers: tuple[str, ...]  # host names, in child-index order on their switches
     pool_size: int = 64  # slots on every switch the job crosses: the workers' window W
-    n_trees: int = 1
+    n_trees: int = 1  # 0: one per root candidate (`trees.auto_tree_count`)
     roots: tuple[str, ...] = ()  # root switch of tree t is roots[t % len(roots)]; () = choose
 
 
 @dataclass
-class TreeNode:
-    """One switch's role in one aggregation tree."""
-
-    switch: str
-    is_root: bool = False
-    parent_port: int = 0
-    child_ports: list[int] = field(default_factory=list)  # child index = position
-    host_ports: dict[int, str] = field(default_factory=dict)  # child ports leading to workers
-
-
-@dataclass
 class JobRecord:
-    spec: JobSpec
+    spec: JobSpec  # as planned: n_trees and roots resolved (the root of tree t is roots[t])
     trees: list[dict[str, TreeNode]]
     pools: dict[str, tuple[int, int]]  # switch -> (base, size)
     mgids: dict[tuple[str, int], int]  # (switch, tree) -> multicast group
     plans: dict[str, SwitchPlan]
     epochs: dict[str, int] = field(default_factory=dict)  # switch -> this installation's epoch
+    # (switch, port, peer, peer port) -> trees whose packets cross that inter-switch link
+    # that way (`trees.link_trees`)
+    link_trees: dict[DirectedLink, int] = field(default_factory=dict)
 
     @property
     def switches(self) -> list[str]:
         return sorted(self.pools)
+
+    @property
+    def roots(self) -> list[str]:
+        """The root switch of each tree."""
+        return [next(sw for sw, n in tree.items() if n.is_root) for tree in self.trees]
+
+    @property
+    def max_trees_per_link(self) -> int:
+        """The most trees any inter-switch link carries in one direction (0: one switch)."""
+        return max_trees_per_link(self.link_trees)
 
 
 @dataclass(frozen=True)
@@ -139,67 +151,11 @@ def host_rewrite(port: int, mac: str, ip: str, agg_mac: str, agg_ip: str) -> Tab
 
 
 def aggregation_tree(topo: Topology, workers: tuple[str, ...], root: str) -> dict[str, TreeNode]:
-    """The shortest-path tree from `root` that reaches every worker's switch."""
-    parents = topo.bfs_parents(root)
-    nodes: dict[str, TreeNode] = {}
-
-    def node(sw: str) -> TreeNode:
-        return nodes.setdefault(sw, TreeNode(sw, is_root=(sw == root)))
-
-    node(root)
-    for host in workers:
-        sw, port = topo.host_attachment(host)
-        if sw not in parents:
-            raise JobError(f"worker {host!r} on switch {sw!r} cannot reach root {root!r}")
-        n = node(sw)
-        n.child_ports.append(port)
-        n.host_ports[port] = host
-        cur = sw
-        while (up := parents[cur]) is not None:
-            parent, up_port, parent_port = up
-            node(cur).parent_port = up_port
-            pnode = node(parent)
-            if parent_port in pnode.child_ports:
-                break  # the rest of the path is already in the tree
-            pnode.child_ports.append(parent_port)
-            cur = parent
-    for n in nodes.values():
-        if len(n.child_ports) > MAX_FANIN:
-            raise JobError(
-                f"switch {n.switch!r} would have {len(n.child_ports)} children; "
-                f"the per-slot bitmap holds {MAX_FANIN}"
-            )
-    return nodes
-
-
-def choose_roots(topo: Topology, workers: tuple[str, ...], n: int) -> list[str]:
-    """The n best roots: the switches with the smallest worst hop count to the workers'
-    switches (then the smallest total, then the name), so trees spread over equal spines."""
-    targets = {topo.host_attachment(h)[0] for h in workers}
-    scored = []
-    for sw in topo.switches:
-        dist = _hops(topo, sw)
-        if all(t in dist for t in targets):
-            scored.append((max(dist[t] for t in targets), sum(dist[t] for t in targets), sw))
-    if not scored:
-        raise JobError("no switch reaches every worker of the job")
-    scored.sort()
-    best = [sw for worst, total, sw in scored if (worst, total) == scored[0][:2]]
-    return [best[i % len(best)] for i in range(n)]
-
-
-def _hops(topo: Topology, start: str) -> dict[str, int]:
-    dist = {start: 0}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for sw in frontier:
-            for peer, _ in topo.switch_neighbours(sw).values():
-                if peer not in dist:
-                    dist[peer] = dist[sw] + 1
-                    nxt.append(peer)
-        frontier = nxt
-    return dist
+    """One shortest-path tree from `root` that reaches every worker's switch."""
+    try:
+        return build_trees(topo, workers, [root])[0]
+    except TreeError as exc:
+        raise JobError(str(exc)) from None
 
 
 class SlotPool:
@@ -260,25 +216,32 @@ class JobManager:
         for h in spec.workers:
             if h not in self.topo.hosts:
                 raise JobError(f"job {spec.job_id}: unknown host {h!r} (not in the topology)")
-        if not 1 <= spec.n_trees <= 255:
-            raise JobError(f"job {spec.job_id}: n_trees must be 1..255")
-        if not 1 <= spec.pool_size <= 0x7FFF or spec.pool_size % spec.n_trees:
-            raise JobError(
-                f"job {spec.job_id}: pool_size {spec.pool_size} must be 1..32767 and "
-                f"a multiple of n_trees ({spec.n_trees})"
-            )
-        for r in spec.roots:
-            if r not in self.topo.switches:
-                raise JobError(f"job {spec.job_id}: root {r!r} is not a switch of the topology")
+        if not 0 <= spec.n_trees <= 255:
+            raise JobError(f"job {spec.job_id}: n_trees must be 1..255 (0: one per root candidate)")
+        if not 1 <= spec.pool_size <= 0x7FFF:
+            raise JobError(f"job {spec.job_id}: pool_size {spec.pool_size} must be 1..32767")
         try:
+            if spec.n_trees == 0:
+                spec = replace(
+                    spec, n_trees=auto_tree_count(self.topo, spec.workers, spec.pool_size)
+                )
+            if spec.pool_size % spec.n_trees:
+                raise JobError(
+                    f"job {spec.job_id}: pool_size {spec.pool_size} must be a multiple of "
+                    f"n_trees ({spec.n_trees})"
+                )
+            for r in spec.roots:
+                if r not in self.topo.switches:
+                    raise JobError(f"job {spec.job_id}: root {r!r} is not a switch of the topology")
             roots = (
                 [spec.roots[t % len(spec.roots)] for t in range(spec.n_trees)]
                 if spec.roots
                 else choose_roots(self.topo, spec.workers, spec.n_trees)
             )
-            trees = [aggregation_tree(self.topo, spec.workers, r) for r in roots]
-        except TopologyError as exc:
+            trees = build_trees(self.topo, spec.workers, roots)
+        except (TopologyError, TreeError) as exc:
             raise JobError(f"job {spec.job_id}: {exc}") from None
+        spec = replace(spec, roots=tuple(roots))
 
         switches = sorted({s for t in trees for s in t})
         if placed is not None:
@@ -293,7 +256,9 @@ class JobManager:
         for sw, port, host in self._host_ports(trees):
             if self.egress_refs.get((sw, port), 0) == 0:
                 plans[sw].tables.append(self._egress_write(sw, port, host))
-        return JobRecord(spec, trees, pools, mgids, plans, dict(epochs))
+        return JobRecord(
+            spec, trees, pools, mgids, plans, dict(epochs), link_trees(self.topo, trees)
+        )
 
     def _place(
         self, spec: JobSpec, trees: list[dict[str, TreeNode]], switches: list[str]
@@ -397,18 +362,39 @@ class JobManager:
                 del self.egress_refs[(sw, port)]
 
 
+def next_hops(topo: Topology, home: str) -> dict[str, list[int]]:
+    """switch -> its ports on shortest paths towards switch `home` (port order); `home` and
+    switches that cannot reach it are left out."""
+    adj = topo.adjacency()
+    dist = topo.distances(home)
+    return {
+        sw: [p for p, (peer, _) in sorted(adj[sw].items()) if dist.get(peer, -1) == d - 1]
+        for sw, d in dist.items()
+        if d > 0
+    }
+
+
 def route_plans(topo: Topology) -> dict[str, SwitchPlan]:
-    """/32 routes to every host on every switch (shortest paths), for ordinary traffic."""
+    """/32 routes to every host on every switch, for ordinary traffic: shortest paths, the
+    next hop chosen among equally short ones by the switches' positions in the topology,
+    (i + j) mod (number of choices) for the i-th switch routing to a host on the j-th. So a
+    BiGraph's traffic between two switches of one part goes through one fixed switch of the
+    other part, ((i + j) mod N/2)-th, the same both ways, and different pairs spread over
+    the part; a fat tree's and a leaf-spine's spread over the cores and spines likewise."""
+    index = {sw: i for i, sw in enumerate(topo.switches)}
     plans = {sw: SwitchPlan() for sw in topo.switches}
+    hops: dict[str, dict[str, list[int]]] = {}
     for host in topo.hosts.values():
         home, port = topo.host_attachment(host.name)
         mac = int.from_bytes(mac_bytes(host.mac), "big")
-        parents = topo.bfs_parents(home)
+        if home not in hops:
+            hops[home] = next_hops(topo, home)
         for sw in topo.switches:
             if sw == home:
                 out = port
-            elif sw in parents and (up := parents[sw]) is not None:
-                out = up[1]
+            elif sw in hops[home]:
+                ports = hops[home][sw]
+                out = ports[(index[sw] + index[home]) % len(ports)]
             else:
                 continue  # unreachable: no route
             plans[sw].tables.append(

@@ -1,5 +1,6 @@
 """Topologies: hosts, switches and links, in a `topology.json` like p4lang/tutorials', plus
-Python builders (star, leaf-spine, fat-tree).
+Python builders (star, leaf-spine, fat-tree, BiGraph, 2D torus and mesh; `from_spec` reads
+the compact form `leaf-spine:2x2x4`). docs/topologies.md describes each one.
 
     {
       "hosts":    {"h1": {"ip": "10.0.0.1/24", "mac": "08:00:00:00:01:01", "role": "worker"}},
@@ -134,6 +135,29 @@ class Topology:
             if lk.b == switch:
                 out[lk.b_port] = (lk.a, lk.a_port)
         return out
+
+    def adjacency(self) -> dict[str, dict[int, tuple[str, int]]]:
+        """Every switch's `switch_neighbours`, computed in one pass over the links."""
+        out: dict[str, dict[int, tuple[str, int]]] = {sw: {} for sw in self.switches}
+        for lk in self.links:
+            if lk.a_port is None or lk.b_port is None:
+                continue
+            out.setdefault(lk.a, {})[lk.a_port] = (lk.b, lk.b_port)
+            out.setdefault(lk.b, {})[lk.b_port] = (lk.a, lk.a_port)
+        return out
+
+    def distances(self, start: str) -> dict[str, int]:
+        """Switch hops from `start` to every switch it reaches (itself 0)."""
+        adj = self.adjacency()
+        dist = {start: 0}
+        queue = deque([start])
+        while queue:
+            sw = queue.popleft()
+            for peer, _ in adj[sw].values():
+                if peer not in dist:
+                    dist[peer] = dist[sw] + 1
+                    queue.append(peer)
+        return dist
 
     def bfs_parents(self, root: str) -> dict[str, tuple[str, int, int] | None]:
         """Shortest-path tree of switches from `root`: switch -> (parent, port on switch
@@ -526,7 +550,9 @@ def _host_addr(i: int) -> tuple[str, str]:
 
 
 def star(n_hosts: int, *, grpc: str = "127.0.0.1:9559") -> Topology:
-    """One switch s1, hosts h1..hN on ports 1..N."""
+    """One switch s1 (role `root`), hosts h1..hN on ports 1..N."""
+    if not 1 <= n_hosts <= MAX_PORT:
+        raise TopologyError(f"a star needs 1..{MAX_PORT} hosts, got {n_hosts}")
     topo = Topology()
     topo.add_switch("s1", grpc=grpc, role="root")
     for i in range(n_hosts):
@@ -539,7 +565,19 @@ def star(n_hosts: int, *, grpc: str = "127.0.0.1:9559") -> Topology:
 def leaf_spine(
     n_leaves: int, n_spines: int, hosts_per_leaf: int, *, grpc_base: int = 9559
 ) -> Topology:
-    """Leaves l1.., spines s1..; hosts on leaf ports 1..H, uplinks to spine j on port H + j."""
+    """Leaves l1.. (role `leaf`), spines s1.. (`spine`); hosts on leaf ports 1..H, the uplink
+    to spine j (from 1) on port H + j; leaf i (from 1) on spine port i. Every leaf is linked
+    to every spine."""
+    if n_leaves < 1 or n_spines < 1 or hosts_per_leaf < 1:
+        raise TopologyError(
+            "a leaf-spine needs at least 1 leaf, 1 spine and 1 host per leaf, got "
+            f"{n_leaves}x{n_spines}x{hosts_per_leaf}"
+        )
+    if hosts_per_leaf + n_spines > MAX_PORT or n_leaves > MAX_PORT:
+        raise TopologyError(
+            f"leaf-spine {n_leaves}x{n_spines}x{hosts_per_leaf} needs more than {MAX_PORT} "
+            "ports on a switch"
+        )
     topo = Topology()
     dev = 1
     for j in range(n_spines):
@@ -563,8 +601,10 @@ def leaf_spine(
 
 
 def fat_tree(k: int, *, grpc_base: int = 9559) -> Topology:
-    """The k-ary fat tree (k even): (k/2)^2 cores, k pods of k/2 aggregation and k/2 edge
-    switches, k/2 hosts per edge switch (k^3/4 hosts)."""
+    """The k-ary fat tree (k even): (k/2)^2 cores c1.. (role `core`), k pods of k/2
+    aggregation switches a<pod>_<i> (`aggregation`) and k/2 edge switches e<pod>_<i> (`edge`),
+    k/2 hosts per edge switch (k^3/4 hosts). Aggregation switch i of every pod links to cores
+    (i-1)k/2 + 1 .. ik/2."""
     if k < 2 or k % 2:
         raise TopologyError(f"a fat tree needs an even k >= 2, got {k}")
     half = k // 2
@@ -597,3 +637,144 @@ def fat_tree(k: int, *, grpc_base: int = 9559) -> Topology:
                 core = a * half + j
                 topo.link(f"a{p + 1}_{a + 1}", f"c{core + 1}", a_port=half + j + 1, b_port=p + 1)
     return topo.validate()
+
+
+def _grpc(dev: int, grpc_base: int) -> str:
+    return f"127.0.0.1:{grpc_base + dev - 1}"
+
+
+def bigraph(hosts_per_switch: int, n_switches: int, *, grpc_base: int = 9559) -> Topology:
+    """EFLOPS' BiGraph(M, N): switches s1..sN in two parts of N/2, `upper` (s1..s(N/2)) and
+    `lower`; every switch of one part is linked to every switch of the other and none inside
+    a part. M hosts per switch: host h (from 0) is on switch h div M, ports 1..M; switch j of
+    the other part (from 0) is on port M + 1 + j. Hosts on one switch are 1 switch apart, on
+    switches of different parts 2, on two switches of one part 3 (through the other part)."""
+    if n_switches < 2 or n_switches % 2:
+        raise TopologyError(f"a BiGraph needs an even number of switches >= 2, got {n_switches}")
+    if hosts_per_switch < 1:
+        raise TopologyError(f"a BiGraph needs at least 1 host per switch, got {hosts_per_switch}")
+    half = n_switches // 2
+    if hosts_per_switch + half > MAX_PORT:
+        raise TopologyError(
+            f"BiGraph({hosts_per_switch}, {n_switches}) needs {hosts_per_switch + half} ports "
+            f"per switch; a switch has {MAX_PORT}"
+        )
+    topo = Topology()
+    for i in range(n_switches):
+        role = "upper" if i < half else "lower"
+        topo.add_switch(f"s{i + 1}", grpc=_grpc(i + 1, grpc_base), device_id=i + 1, role=role)
+    for h in range(hosts_per_switch * n_switches):
+        ip, mac = _host_addr(h)
+        topo.add_host(f"h{h + 1}", ip, mac)
+        topo.link(f"h{h + 1}", f"s{h // hosts_per_switch + 1}", b_port=h % hosts_per_switch + 1)
+    for i in range(half):
+        for j in range(half):
+            topo.link(
+                f"s{i + 1}",
+                f"s{half + j + 1}",
+                a_port=hosts_per_switch + 1 + j,
+                b_port=hosts_per_switch + 1 + i,
+            )
+    return topo.validate()
+
+
+# ports of a grid switch (torus, mesh): its host, then one per direction
+GRID_HOST, GRID_EAST, GRID_WEST, GRID_SOUTH, GRID_NORTH = 1, 2, 3, 4, 5
+
+
+def grid_switch(row: int, col: int) -> str:
+    """The name of the switch in row `row`, column `col` (from 0) of a torus or mesh."""
+    return f"s{row + 1}_{col + 1}"
+
+
+def _grid(rows: int, cols: int, wrap: bool, grpc_base: int) -> Topology:
+    kind = "torus" if wrap else "mesh"
+    if rows < 1 or cols < 1:
+        raise TopologyError(f"a {kind} needs at least 1 row and 1 column, got {rows}x{cols}")
+    if wrap and 2 in (rows, cols):
+        raise TopologyError(
+            f"a torus of {rows}x{cols} would link two switches twice in a dimension of 2; "
+            "use 1 or at least 3 (or a mesh)"
+        )
+    topo = Topology()
+    for r in range(rows):
+        for c in range(cols):
+            dev = r * cols + c + 1
+            topo.add_switch(grid_switch(r, c), grpc=_grpc(dev, grpc_base), device_id=dev, role=kind)
+            ip, mac = _host_addr(dev - 1)
+            topo.add_host(f"h{dev}", ip, mac)
+            topo.link(f"h{dev}", grid_switch(r, c), b_port=GRID_HOST)
+    for r in range(rows):
+        for c in range(cols):
+            east = (r, c + 1) if c + 1 < cols else ((r, 0) if wrap and cols > 1 else None)
+            south = (r + 1, c) if r + 1 < rows else ((0, c) if wrap and rows > 1 else None)
+            if east is not None:
+                topo.link(grid_switch(r, c), grid_switch(*east), GRID_EAST, GRID_WEST)
+            if south is not None:
+                topo.link(grid_switch(r, c), grid_switch(*south), GRID_SOUTH, GRID_NORTH)
+    return topo.validate()
+
+
+def torus(rows: int, cols: int, *, grpc_base: int = 9559) -> Topology:
+    """A 2D torus of rows x cols switches (each dimension 1 or >= 3), one host per switch:
+    switch s<r>_<c> (from 1) has host h<(r-1)*cols+c> on port 1 and links east (port 2) to
+    west (port 3) and south (port 4) to north (port 5), wrapping around at the edges."""
+    return _grid(rows, cols, True, grpc_base)
+
+
+def mesh(rows: int, cols: int, *, grpc_base: int = 9559) -> Topology:
+    """A 2D mesh: the torus without the wrap-around links."""
+    return _grid(rows, cols, False, grpc_base)
+
+
+# the compact form of every builder: kind -> (what the numbers are, builder)
+SPEC_FORMS: dict[str, tuple[str, Callable[..., Topology]]] = {
+    "star": ("HOSTS", star),
+    "leaf-spine": ("LEAVESxSPINESxHOSTS_PER_LEAF", leaf_spine),
+    "fat-tree": ("K", fat_tree),
+    "bigraph": ("HOSTS_PER_SWITCHxSWITCHES", bigraph),
+    "torus": ("ROWSxCOLS", torus),
+    "mesh": ("ROWSxCOLS", mesh),
+}
+
+
+def from_spec(spec: str) -> Topology:
+    """A built-in topology from its compact form: `star:4`, `leaf-spine:2x2x4` (leaves x
+    spines x hosts per leaf), `fat-tree:4`, `bigraph:4x4` (hosts per switch x switches),
+    `torus:4x4`, `mesh:3x3` (rows x columns)."""
+    forms = ", ".join(f"{k}:{v[0]}" for k, v in SPEC_FORMS.items())
+    kind, _, numbers = spec.partition(":")
+    if kind not in SPEC_FORMS:
+        raise TopologyError(f"unknown topology {spec!r}; use one of {forms}")
+    form, builder = SPEC_FORMS[kind]
+    parts = numbers.split("x")
+    if len(parts) != form.count("x") + 1 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise TopologyError(f"topology {spec!r}: write {kind}:{form}, e.g. {_EXAMPLES[kind]}")
+    topo: Topology = builder(*(int(p) for p in parts))
+    return topo
+
+
+def load_or_build(text: str) -> Topology:
+    """A topology file, or a compact spec such as `bigraph:4x4` when no such file exists."""
+    path = Path(text)
+    if not path.exists() and text.partition(":")[0] in SPEC_FORMS and ":" in text:
+        return from_spec(text)
+    return Topology.load(path)
+
+
+def describe_roles(topo: Topology) -> str:
+    """How many switches have each role, e.g. `2 spine, 2 leaf`."""
+    counts: dict[str, int] = {}
+    for sw in topo.switches.values():
+        counts[sw.role or "no role"] = counts.get(sw.role or "no role", 0) + 1
+    return ", ".join(f"{n} {role}" for role, n in counts.items())
+
+
+_EXAMPLES = {
+    "star": "star:4",
+    "leaf-spine": "leaf-spine:2x2x4",
+    "fat-tree": "fat-tree:4",
+    "bigraph": "bigraph:4x4",
+    "torus": "torus:4x4",
+    "mesh": "mesh:3x3",
+}
