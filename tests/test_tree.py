@@ -1,10 +1,18 @@
-"""A two-level aggregation tree of softswitch pipelines: leaf -> root -> leaf, with loss."""
+"""Aggregation trees of softswitch pipelines: a hand-made two-level tree (leaf -> root ->
+leaf) with loss, and trees the controller plans over topologies of many switches, with loss
+injected on the links between switches (partials lost upward, results lost downward)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import numpy.typing as npt
+import pytest
 
+from inaemu.controller.jobs import JobManager, JobRecord, JobSpec
+from inaemu.controller.topology import Topology, bigraph, leaf_spine
+from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.wire import (
     INA_OFFSET,
     Endpoint,
@@ -23,6 +31,8 @@ from inaemu.hostlib.wire import (
 from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.state import ActionCall, TableEntry
+from tests.helpers import accounted, run_threads
+from tests.multiswitch import FabricNetwork, fabric_of, install, inter_switch_ports, set_loss
 
 SWITCH = Endpoint("00:00:00:00:00:fe", "10.0.0.254")  # every switch's aggregation address
 HOSTS = {f"h{i}": Endpoint(f"00:00:00:00:00:{i:02x}", f"10.0.0.{i}") for i in range(1, 5)}
@@ -183,3 +193,155 @@ def test_reruns_and_reinstalls_start_clean_on_every_level() -> None:
     for name, sw in fab.switches.items():
         assert sw.ina_drops.packets[DropReason.DUPLICATE] == 0, name
         assert sw.ina_drops.packets[DropReason.STALE] == 0, name
+
+
+# ------------------------------------------------------------------ trees planned by the
+# controller over topologies of many switches, in an in-process fabric
+
+
+def chunk_frame(
+    topo: Topology,
+    host: str,
+    values: npt.NDArray[np.int32],
+    seq: int,
+    *,
+    n_trees: int,
+    window: int,
+    retx: bool = False,
+) -> bytes:
+    """Chunk `seq` of job 1 from `host`, as the client numbers it (slot seq mod W, tree
+    (seq mod W) mod T), to its switch's aggregation address."""
+    h = topo.hosts[host]
+    agg = topo.switches[topo.host_attachment(host)[0]]
+    return pack_frames(
+        FrameTemplate(Endpoint(h.mac, h.ip), Endpoint(agg.agg_mac, agg.agg_ip)),
+        pack_payloads(
+            opcode=Opcode.SUM,
+            job_id=1,
+            tree_id=(seq % window) % n_trees,
+            slot=slot_field(seq % window, (seq // window) % 2),
+            seq=seq,
+            values=values[None, :],
+            flags=int(Flag.RETX) if retx else 0,
+        ),
+    ).tobytes()
+
+
+def planned_leaf_spine() -> tuple[Topology, Fabric, JobRecord]:
+    """leaf_spine(2, 2, 2) with a two-tree job (roots s1 and s2) installed from the plan."""
+    topo = leaf_spine(2, 2, 2)
+    rec = JobManager(topo).plan_add(JobSpec(1, tuple(topo.hosts), pool_size=4, n_trees=0))
+    assert rec.roots == ["s1", "s2"]
+    fab = fabric_of(topo)
+    install(fab, rec.plans)
+    return topo, fab, rec
+
+
+def send_all(
+    topo: Topology, fab: Fabric, seq: int, vals: dict[str, npt.NDArray[np.int32]]
+) -> list[tuple[str, bytes]]:
+    return [
+        out
+        for h in topo.hosts
+        for out in fab.send(h, chunk_frame(topo, h, vals[h], seq, n_trees=2, window=4))
+    ]
+
+
+def test_planned_tree_partial_lost_upward_is_recovered() -> None:
+    """Loss injection drops l1's partial on its way into root s1 (tree 0): nobody has a
+    result; h1's retransmission makes l1 send its partial again (RETX_UP), and the root's
+    result reaches every worker."""
+    topo, fab, _ = planned_leaf_spine()
+    up = topo.switch_neighbours("l1")[3]  # l1 port 3 -> (s1, port)
+    assert up[0] == "s1"
+    set_loss(fab, [up], 1.0)
+    vals = {h: np.full(K, i + 1, np.int32) for i, h in enumerate(topo.hosts)}
+    assert send_all(topo, fab, 0, vals) == []
+    assert fab.switches["s1"].ina_drops.packets[DropReason.LOSS] == 1
+    set_loss(fab, [up], 0.0)
+    delivered = fab.send(
+        "h1", chunk_frame(topo, "h1", vals["h1"], 0, n_trees=2, window=4, retx=True)
+    )
+    check_planned(delivered, topo, set(topo.hosts), np.full(K, 10, np.int64))
+    assert fab.switches["l1"].ina_events.packets[Event.RETX_UP] == 1
+    assert fab.switches["s1"].ina_events.packets[Event.COMPLETE_ROOT] == 1
+
+
+def test_planned_tree_result_lost_downward_is_recovered() -> None:
+    """Chunk 1 goes over tree 1 (root s2); loss injection drops s2's result on its way into
+    l2: h1 and h2 have it, h3 and h4 not. h4 retransmits: l2 sends its partial again, s2
+    answers l2 alone from its stored result, l2 keeps it and multicasts it to h3 and h4."""
+    topo, fab, _ = planned_leaf_spine()
+    down = topo.switch_neighbours("s2")[2]  # s2 port 2 -> (l2, port)
+    assert down[0] == "l2"
+    set_loss(fab, [down], 1.0)
+    vals = {h: np.full(K, -(i + 1), np.int32) for i, h in enumerate(topo.hosts)}
+    total = np.full(K, -10, np.int64)
+    check_planned(send_all(topo, fab, 1, vals), topo, {"h1", "h2"}, total, seq=1)
+    assert fab.switches["l2"].ina_drops.packets[DropReason.LOSS] == 1
+    set_loss(fab, [down], 0.0)
+    retx = chunk_frame(topo, "h4", vals["h4"], 1, n_trees=2, window=4, retx=True)
+    check_planned(fab.send("h4", retx), topo, {"h3", "h4"}, total, seq=1)
+    assert fab.switches["s2"].ina_events.packets[Event.RETX_REPLY] == 1
+    assert fab.switches["l2"].ina_events.packets[Event.PARENT_RESULT] == 1
+    # s1, the root of the other tree, saw nothing of chunk 1
+    assert fab.switches["s1"].ina_events.packets[Event.CONTRIBUTION] == 0
+
+
+def check_planned(
+    delivered: list[tuple[str, bytes]],
+    topo: Topology,
+    hosts: set[str],
+    total: npt.NDArray[np.int64],
+    seq: int = 0,
+) -> None:
+    assert sorted(h for h, _ in delivered) == sorted(hosts)
+    for host, data in delivered:
+        rec = parse_frames(data)[0]
+        assert np.array_equal(rec["values"], total)
+        assert int(rec["contrib"]) == len(topo.hosts)
+        assert int(rec["ver_flags"]) & 0xF == Flag.RESULT
+        assert InaHeader.unpack(data[INA_OFFSET:]).seq == seq
+        assert int(rec["ip_dst"]) == ip_int(topo.hosts[host].ip)
+
+
+@pytest.mark.parametrize(
+    ("topo", "n_trees"),
+    [(bigraph(2, 4), 0), (leaf_spine(2, 2, 2), 0), (leaf_spine(2, 2, 2), 1)],
+    ids=["bigraph-4-trees", "leaf-spine-2-trees", "leaf-spine-1-tree"],
+)
+def test_clients_over_planned_trees_with_loss_on_every_link(topo: Topology, n_trees: int) -> None:
+    """Real clients, chunks striped over the trees, 5% loss injected on every inter-switch
+    port each way: every worker gets the exact sums; partials and results were lost and
+    recovered on the way."""
+    rec = JobManager(topo).plan_add(JobSpec(1, tuple(topo.hosts), pool_size=8, n_trees=n_trees))
+    fab = fabric_of(topo, seed=3)
+    install(fab, rec.plans)
+    set_loss(fab, inter_switch_ports(topo), 0.05)
+    net = FabricNetwork(topo, fab)
+    clients = [
+        InaClient(
+            net.transport(h),
+            job_id=1,
+            window=8,
+            n_trees=len(rec.trees),
+            initial_rto=0.02,
+            min_rto=0.005,
+            give_up_after=60,
+        )
+        for h in topo.hosts
+    ]
+    xs = [
+        np.random.default_rng(r).integers(-1000, 1000, 60 * K, np.int32)
+        for r in range(len(clients))
+    ]
+    results = run_threads([partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)])
+    expected = np.sum(np.stack(xs).astype(np.int64), axis=0)
+    for res, over in results:
+        assert np.array_equal(res, expected) and not over.any()
+    lost = sum(sw.ina_drops.packets[DropReason.LOSS] for sw in fab.switches.values())
+    events = {e: sum(sw.ina_events.packets[e] for sw in fab.switches.values()) for e in Event}
+    assert lost > 0 and events[Event.RETX_UP] > 0 and events[Event.RETX_REPLY] > 0
+    for name, sw in fab.switches.items():  # every packet into a switch is accounted for
+        received, explained = accounted(sw)
+        assert received == explained, name
