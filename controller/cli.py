@@ -3,10 +3,12 @@
     inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
     inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]  (python -m inaemu.softswitch)
     inaemu conformance [--target softswitch|bmv2|all] [--cases DIR] [-k NAME]
-    inaemu topo star|leaf-spine|fat-tree ... [--program p4/build/ina.json] -o topology.json
+    inaemu topo star|leaf-spine|fat-tree|bigraph|torus|mesh ... [--program F] -o topology.json
+    inaemu topo leaf-spine:2x2x4|bigraph:4x4|fat-tree:4|torus:4x4|mesh:3x3|star:4 -o t.json
+    inaemu topo show -t topology.json -o topology.svg   (or .png, .pdf; needs inaemu[draw])
     inaemu pipeline push  -t topology.json [--device-config F] [--force]
     inaemu pipeline check -t topology.json
-    inaemu job add    -t topology.json --job 1 --workers h1,h2,h3 [--pool 64] [--trees 1]
+    inaemu job add    -t topology.json --job 1 --workers h1,h2,h3 [--pool 64] [--trees 0]
     inaemu job remove -t topology.json --job 1
     inaemu job list   -t topology.json
     inaemu routes     -t topology.json
@@ -32,11 +34,21 @@ from pathlib import Path
 
 import finsy as fy
 
-from inaemu.controller.demo import DemoOptions, main_demo
-from inaemu.controller.jobs import MAX_EPOCH, MAX_MGID, JobError, JobManager, JobSpec, Placement
+from inaemu.controller.demo import TOPO_SIZE, DemoOptions, main_demo
+from inaemu.controller.draw import DrawError
+from inaemu.controller.jobs import (
+    MAX_EPOCH,
+    MAX_MGID,
+    JobError,
+    JobManager,
+    JobRecord,
+    JobSpec,
+    Placement,
+)
 from inaemu.controller.model import loss_threshold
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
 from inaemu.controller.topology import (
+    SPEC_FORMS,
     Integer,
     Items,
     Named,
@@ -44,10 +56,16 @@ from inaemu.controller.topology import (
     Text,
     Topology,
     TopologyError,
+    bigraph,
+    describe_roles,
     fat_tree,
+    from_spec,
     leaf_spine,
+    load_or_build,
+    mesh,
     read_json,
     star,
+    torus,
 )
 from inaemu.p4.constants import INA_SLOTS
 
@@ -237,6 +255,7 @@ def cmd_job(args: argparse.Namespace) -> None:
         if args.action == "add":
             record = await ctl.add_job(spec)
             _save_state(path, ctl.jobs)
+            print(describe_trees(record))
             for sw in record.switches:
                 base, size = record.pools[sw]
                 roles = ", ".join(
@@ -253,9 +272,11 @@ def cmd_job(args: argparse.Namespace) -> None:
     ctl, specs = _controller(args)
     if args.action == "list":  # the state file is the answer: no switch needed
         for s in specs:
+            record = ctl.jobs.jobs[s.job_id]
             print(
                 f"job {s.job_id}: workers {','.join(s.workers)} pool {s.pool_size} "
-                f"trees {s.n_trees}"
+                f"trees {s.n_trees} (roots {','.join(record.roots)}; at most "
+                f"{record.max_trees_per_link} per link)"
             )
         return
     # plans are pure: a job that cannot be added or removed is refused before connecting
@@ -264,6 +285,25 @@ def cmd_job(args: argparse.Namespace) -> None:
     else:
         ctl.jobs.plan_remove(args.job)
     _run(ctl, specs, body)
+
+
+def describe_trees(record: JobRecord) -> str:
+    """What `job add` says about a job's trees: the roots, the most trees on one link, and
+    what its workers pass to InaClient."""
+    spec = record.spec
+    most = record.max_trees_per_link
+    if most:
+        a, ap, b, bp = min(k for k, n in record.link_trees.items() if n == most)
+        where = f" (e.g. {a}:{ap} -> {b}:{bp})"
+    else:
+        where = " (one switch: no links between switches)"
+    return (
+        f"job {spec.job_id}: {len(record.trees)} tree(s), roots "
+        + ", ".join(f"{t}:{root}" for t, root in enumerate(record.roots))
+        + f"; at most {most} tree(s) per link each way{where}\n"
+        f"job {spec.job_id}: workers use InaClient(job_id={spec.job_id}, "
+        f"window={spec.pool_size}, n_trees={len(record.trees)})"
+    )
 
 
 def cmd_routes(args: argparse.Namespace) -> None:
@@ -307,13 +347,34 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
     _with_controller(args, body)
 
 
+TOPO_KINDS = ("star", "leaf-spine", "fat-tree", "bigraph", "torus", "mesh")
+
+
 def cmd_topo(args: argparse.Namespace) -> None:
+    if args.kind == "show":
+        cmd_topo_show(args)
+        return
+    if args.topology:
+        raise TopologyError("-t is for `inaemu topo show`; a new topology is written with -o")
     if args.kind == "star":
         topo = star(args.hosts)
     elif args.kind == "leaf-spine":
         topo = leaf_spine(args.leaves, args.spines, args.hosts)
-    else:
+    elif args.kind == "fat-tree":
         topo = fat_tree(args.k)
+    elif args.kind == "bigraph":
+        topo = bigraph(args.hosts, args.switches)
+    elif args.kind == "torus":
+        topo = torus(args.rows, args.cols)
+    elif args.kind == "mesh":
+        topo = mesh(args.rows, args.cols)
+    elif ":" in args.kind:
+        topo = from_spec(args.kind)
+    else:
+        raise TopologyError(
+            f"unknown topology kind {args.kind!r}; use show, {', '.join(TOPO_KINDS)} or a "
+            "compact spec such as leaf-spine:2x2x4"
+        )
     if args.program:
         if not Path(args.program).is_file():
             raise TopologyError(
@@ -329,18 +390,36 @@ def cmd_topo(args: argparse.Namespace) -> None:
         except OSError as exc:
             raise TopologyError(f"cannot write {args.output}: {exc.strerror or exc}") from None
         print(
-            f"wrote {args.output}: {len(topo.hosts)} hosts, {len(topo.switches)} switches, "
-            f"{len(topo.links)} links"
+            f"wrote {args.output}: {len(topo.hosts)} hosts, {len(topo.switches)} switches "
+            f"({describe_roles(topo)}), {len(topo.links)} links"
         )
     else:
         print(json.dumps(topo.to_json(), indent=2))
 
 
+def cmd_topo_show(args: argparse.Namespace) -> None:
+    from inaemu.controller.draw import draw
+
+    if not args.topology:
+        raise TopologyError("topo show needs -t topology.json (or a spec such as bigraph:4x4)")
+    if not args.output:
+        raise TopologyError("topo show needs -o FILE.svg (or .png, .pdf)")
+    topo = load_or_build(args.topology)
+    path = draw(topo, args.output, title=f"{Path(args.topology).name}: " + describe_roles(topo))
+    roles = describe_roles(topo)
+    print(f"wrote {path}: {len(topo.switches)} switches ({roles}), {len(topo.hosts)} hosts")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    topo = args.topo
+    workers = args.workers if args.workers is not None else (0 if topo else 4)
+    size = args.size if args.size is not None else (TOPO_SIZE if topo else 2_000_000)
+    if not topo and args.trees not in (0, 1):
+        raise ValueError("--trees needs --topo (one switch has one tree)")
     return main_demo(
         DemoOptions(
-            workers=args.workers,
-            size=args.size,
+            workers=workers,
+            size=size,
             codec=args.codec,
             density=args.density,
             loss=args.loss,
@@ -350,6 +429,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=not args.no_progress,
             timeout=args.timeout,
+            topo=topo,
+            trees=args.trees,
         )
     )
 
@@ -359,8 +440,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="an emulated allreduce on the embedded softswitch")
-    d.add_argument("--workers", type=int, default=4)
-    d.add_argument("--size", type=int, default=2_000_000, help="float32 elements per worker")
+    d.add_argument(
+        "--topo",
+        help="many switches: a compact spec (leaf-spine:2x2x4, bigraph:4x4, fat-tree:4, "
+        "torus:3x3, mesh:3x3, star:4) or a topology file; default one switch",
+    )
+    d.add_argument(
+        "--workers", type=int, default=None, help="workers (default 4; with --topo every host)"
+    )
+    d.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help=f"float32 elements per worker (default 2,000,000; with --topo {TOPO_SIZE:,})",
+    )
+    d.add_argument(
+        "--trees",
+        type=int,
+        default=0,
+        help="with --topo: aggregation trees (default 0: one per root candidate; 1: one tree)",
+    )
     d.add_argument(
         "--codec",
         default="fixedpoint",
@@ -395,18 +494,32 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(func=None)
 
-    t = sub.add_parser("topo", help="write a topology file")
-    t.add_argument("kind", choices=("star", "leaf-spine", "fat-tree"))
-    t.add_argument("--hosts", type=int, default=4, help="hosts (per leaf for leaf-spine)")
+    t = sub.add_parser("topo", help="write a topology file, or draw one (show)")
+    t.add_argument(
+        "kind",
+        metavar="KIND",
+        help=f"show, {', '.join(TOPO_KINDS)}, or a compact spec: "
+        + ", ".join(f"{k}:{form}" for k, (form, _) in SPEC_FORMS.items()),
+    )
+    t.add_argument(
+        "--hosts",
+        type=int,
+        default=4,
+        help="hosts (star), hosts per leaf (leaf-spine), hosts per switch (bigraph)",
+    )
     t.add_argument("--leaves", type=int, default=2)
     t.add_argument("--spines", type=int, default=2)
     t.add_argument("--k", type=int, default=4, help="fat-tree arity")
+    t.add_argument("--switches", type=int, default=4, help="switches (bigraph, even)")
+    t.add_argument("--rows", type=int, default=4, help="rows (torus, mesh)")
+    t.add_argument("--cols", type=int, default=4, help="columns (torus, mesh)")
+    t.add_argument("-t", "--topology", help="topo show: the topology file (or a spec)")
     t.add_argument(
         "--program",
         help="bmv2 JSON every switch runs (written into the topology; "
         "`inaemu pipeline push` sends it; the softswitch accepts it too)",
     )
-    t.add_argument("-o", "--output")
+    t.add_argument("-o", "--output", help="topology.json to write; topo show: the picture")
     t.set_defaults(func=cmd_topo)
 
     def with_topology(p: argparse.ArgumentParser) -> None:
@@ -434,7 +547,13 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--job", type=int, default=1)
     j.add_argument("--workers", default="", help="comma-separated host names")
     j.add_argument("--pool", type=int, default=64, help="slots per switch (the window)")
-    j.add_argument("--trees", type=int, default=1)
+    j.add_argument(
+        "--trees",
+        type=int,
+        default=0,
+        help="aggregation trees the chunks are striped over (default 0: one per root "
+        "candidate, e.g. per spine; 1: a single tree)",
+    )
     j.add_argument("--roots", default="", help="comma-separated root switches (default: chosen)")
     j.set_defaults(func=cmd_job)
 
@@ -471,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\ninaemu {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (TopologyError, JobError, ControllerError, ValueError) as exc:
+    except (TopologyError, JobError, ControllerError, DrawError, ValueError) as exc:
         return _failed(args.command, str(exc))
     # expected failures the commands do not name themselves: a file or socket problem, a
     # switch refusing a request outside the controller's own checks

@@ -7,13 +7,20 @@
    float64 sum within the codec's bound) and prints a report from the clients' statistics and
    the switch's counters.
 
-Ctrl-C or any failure stops the workers and the switch and exits non-zero.
+With `--topo SPEC` (`leaf-spine:2x2x4`, `bigraph:4x4`, ... or a topology file), one softswitch
+process per switch of the topology, joined port to port by loopback wires in one private
+wire dir as its links say; the controller programs all of them over P4Runtime (the job's
+trees, slot pools and groups on every switch in one change, rolled back on a refusal); one
+worker process per host (or the first `--workers`); the parent checks every result once. The
+report adds each switch's packets, each link's packets each way and the trees: the root of
+each, the switches under it, and the most trees any link carries.
+
+Ctrl-C or any failure stops the workers and the switches and exits non-zero.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import multiprocessing as mp
 import queue
 import secrets
@@ -22,149 +29,39 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from multiprocessing.sharedctypes import Synchronized
-from multiprocessing.synchronize import Event as MpEvent
-from typing import Any
+from multiprocessing.queues import Queue
+from typing import IO, Any
 
-import numpy as np
-import numpy.typing as npt
-
-from inaemu.controller.jobs import JobSpec
-from inaemu.controller.p4rt import Controller
+from inaemu.controller.demo_worker import (
+    JOB_ID,
+    Seat,
+    check,
+    reference,
+    run_worker,
+)
+from inaemu.controller.demo_worker import DemoOptions as DemoOptions
+from inaemu.controller.demo_worker import WorkerResult as WorkerResult
+from inaemu.controller.demo_worker import worker_input as worker_input
+from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
+from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
-from inaemu.controller.topology import Topology, star
+from inaemu.controller.topology import (
+    Topology,
+    TopologyError,
+    describe_roles,
+    load_or_build,
+    star,
+)
+from inaemu.controller.trees import parents
+from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
 
-JOB_ID = 1
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
-
-
-@dataclass
-class DemoOptions:
-    workers: int = 4
-    size: int = 2_000_000
-    codec: str = "fixedpoint"
-    density: float = 1.0
-    loss: float = 0.0
-    window: int = 64
-    wire_dir: str | None = None  # None: the softswitch makes a private one (READY wire_dir=)
-    grpc_port: int = 0
-    seed: int = 1
-    progress: bool = True
-    timeout: float = 30.0  # a worker gives up after this long without progress
-    run: int | None = None  # the workers' run id; None: the parent draws a fresh one
-
-
-@dataclass
-class WorkerResult:
-    rank: int
-    seconds: float
-    digest: str
-    exact_vs_reference: bool
-    max_error: float
-    bound: float
-    within_bound: bool
-    bytes_sent: int
-    packets_sent: int
-    retransmissions: int
-    duplicate_results: int
-
-
-def worker_input(
-    seed: int, rank: int, size: int, density: float, codec: str = "fixedpoint"
-) -> npt.NDArray[Any]:
-    """Worker `rank`'s gradient: N(0, 0.01) float32 (int32 in +-2^20 for the int32 codec),
-    a fraction `density` of it non-zero."""
-    rng = np.random.default_rng([seed, rank])
-    if codec == "int32":
-        x: npt.NDArray[Any] = rng.integers(-(2**20), 2**20, size, dtype=np.int32)
-    else:
-        x = (rng.standard_normal(size) * 0.01).astype(np.float32)
-    if density < 1.0:
-        x[rng.random(size) >= density] = 0.0
-    return x
-
-
-def _verify(opts: DemoOptions, result: npt.NDArray[Any]) -> tuple[bool, float, float, bool]:
-    """(bit-exact vs the reference switch, max |error| vs float64 sum, bound, within bound)."""
-    from inaemu.hostlib.codecs import make_codec, simulate_allreduce
-    from inaemu.hostlib.codecs.fixedpoint import DEFAULT_BLOCK_SIZE, block_exponents, error_bound
-
-    inputs = [
-        worker_input(opts.seed, r, opts.size, opts.density, opts.codec) for r in range(opts.workers)
-    ]
-    reference, _ = simulate_allreduce(make_codec(opts.codec), inputs)
-    exact = bool(np.array_equal(reference[0], result))
-    truth = np.sum(np.stack(inputs).astype(np.float64), axis=0)
-    err = np.abs(result.astype(np.float64) - truth)
-    max_err = float(err.max()) if err.size else 0.0
-    if opts.codec == "fixedpoint":
-        exps = np.max([block_exponents(x, DEFAULT_BLOCK_SIZE) for x in inputs], axis=0)
-        bound = error_bound(exps, opts.workers, opts.size, DEFAULT_BLOCK_SIZE)
-        bound = bound + np.spacing(np.abs(result)).astype(np.float64) / 2  # output rounding
-        return exact, max_err, float(bound.max()), bool((err <= bound).all())
-    # lossless codecs: the decoded sum is exactly the sum of the fixed-point inputs, so the
-    # bound is the reference's own error (the quantization), met when bit-exact
-    ref_err = float(np.abs(reference[0].astype(np.float64) - truth).max()) if err.size else 0.0
-    return exact, max_err, ref_err, exact
-
-
-def _worker(
-    rank: int,
-    opts: DemoOptions,
-    go: MpEvent,
-    done: Synchronized[int],
-    results: mp.Queue[WorkerResult | str],
-) -> None:
-    from inaemu.hostlib.client import InaClient, InaError
-    from inaemu.hostlib.codecs import make_codec
-    from inaemu.hostlib.transport import LoopbackWireTransport
-
-    try:
-        x = worker_input(opts.seed, rank, opts.size, opts.density, opts.codec)
-
-        def progress(n: int) -> None:
-            with done.get_lock():
-                done.value += n
-
-        client = InaClient(
-            LoopbackWireTransport(rank + 1, str(opts.wire_dir)),
-            job_id=JOB_ID,
-            window=opts.window,
-            n_workers=opts.workers,
-            run=opts.run or 0,  # the parent's, the same for every worker
-            give_up_after=opts.timeout,
-            on_progress=progress,
-        )
-        go.wait()
-        start = time.perf_counter()
-        out = client.allreduce(x, make_codec(opts.codec))
-        seconds = time.perf_counter() - start
-        client.transport.close()
-        exact, max_err, bound, ok = _verify(opts, np.asarray(out))
-        st = client.stats
-        results.put(
-            WorkerResult(
-                rank,
-                seconds,
-                hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()[:16],
-                exact,
-                max_err,
-                bound,
-                ok,
-                st.bytes_sent,
-                st.packets_sent,
-                st.retransmissions,
-                st.duplicate_results,
-            )
-        )
-    except KeyboardInterrupt:
-        pass
-    except InaError as exc:
-        results.put(f"worker {rank}: {exc}")
-    except Exception as exc:  # reported by the parent as one clear line, not a traceback
-        results.put(f"worker {rank} failed: {type(exc).__name__}: {exc}")
+WORKER_START_TIMEOUT = 60.0  # seconds for every worker process to attach to its switch
+TOPO_SIZE = 200_000  # default elements per worker with --topo: seconds on a laptop
 
 
 @dataclass
@@ -175,6 +72,8 @@ class DemoReport:
     stats: StatsReport
     chunks: int
     notes: list[str] = field(default_factory=list)
+    job: JobRecord | None = None  # with a topology: the job's trees
+    topology: Topology | None = None  # with a topology: the one the switches form
 
     @property
     def ok(self) -> bool:
@@ -184,28 +83,48 @@ class DemoReport:
 
     def render(self) -> str:
         o = self.options
-        sw = self.stats.switches["s1"]
-        rx = sum(n for (c, _), (n, _) in sw.indexed.items() if c == "port_rx")
-        tx = sum(n for (c, _), (n, _) in sw.indexed.items() if c == "port_tx")
+        multi = self.job is not None and self.topology is not None
+        counters = list(self.stats.switches.values()) if multi else [self.stats.switches["s1"]]
+        rx = sum(
+            n for c in counters for (name, _), (n, _) in c.indexed.items() if name == "port_rx"
+        )
+        tx = sum(
+            n for c in counters for (name, _), (n, _) in c.indexed.items() if name == "port_tx"
+        )
+        drops: dict[str, int] = {}
+        events: dict[str, int] = {}
+        for c in counters:
+            for k, v in c.drops().items():
+                drops[k] = drops.get(k, 0) + v
+            for k, v in c.events().items():
+                events[k] = events.get(k, 0) + v
         r0 = self.results[0]
         slowest = max(r.seconds for r in self.results)
+        into = "into the switches" if multi else "into the switch"
+        checks = "until the last result" if multi else "including the workers' checks"
         lines = [
             f"inaemu demo: {o.workers} workers x {o.size:,} "
             f"{'int32' if o.codec == 'int32' else 'float32'}, codec {o.codec}"
             + (f", density {o.density:g}" if o.density < 1 else "")
             + f", window {o.window}, injected loss {o.loss:.1%}",
-            f"  time            {slowest:.2f} s allreduce "
-            f"({self.wall:.2f} s including the workers' checks)",
+        ]
+        if self.topology is not None:
+            lines.append(
+                f"  topology        {o.topo}: {len(self.topology.switches)} switches "
+                f"({describe_roles(self.topology)}), {len(self.topology.hosts)} hosts"
+            )
+        lines += [
+            f"  time            {slowest:.2f} s allreduce ({self.wall:.2f} s {checks})",
             f"  throughput      {o.size / slowest:,.0f} elements/s per worker"
             f" ({o.size * o.workers / slowest:,.0f} summed/s)",
-            f"  packets         {rx:,} into the switch, {tx:,} out ({FRAME_BYTES} B frames, K={K})",
+            f"  packets         {rx:,} {into}, {tx:,} out ({FRAME_BYTES} B frames, K={K})",
             f"  on the wire     {r0.bytes_sent / 1e6:.2f} MB per worker "
             f"({r0.bytes_sent / o.size:.3f} B/element, {r0.packets_sent:,} packets)",
             f"  retransmissions {sum(r.retransmissions for r in self.results):,} "
             f"(duplicate results ignored: {sum(r.duplicate_results for r in self.results):,})",
             "  switch drops    "
-            + (", ".join(f"{k.lower()} {v:,}" for k, v in sw.drops().items()) or "none"),
-            "  switch events   " + ", ".join(f"{k.lower()} {v:,}" for k, v in sw.events().items()),
+            + (", ".join(f"{k.lower()} {v:,}" for k, v in drops.items()) or "none"),
+            "  switch events   " + ", ".join(f"{k.lower()} {v:,}" for k, v in events.items()),
         ]
         same = len({r.digest for r in self.results}) == 1
         exact = all(r.exact_vs_reference for r in self.results)
@@ -219,8 +138,49 @@ class DemoReport:
             f"  error bound     max |error| {worst:.3g} vs float64 sum; bound {bound:.3g}: "
             + ("met" if all(r.within_bound for r in self.results) else "NOT MET")
         )
+        if self.job is not None and self.topology is not None:
+            lines += tree_layout(self.job, self.topology)
+            lines += switch_traffic(self.stats)
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def tree_layout(record: JobRecord, topo: Topology) -> list[str]:
+    """The report's lines on a job's trees: each tree's root and who sends to whom."""
+    lines = [
+        f"  trees           {len(record.trees)}, chunks striped over them; at most "
+        f"{record.max_trees_per_link} tree(s) per link each way"
+    ]
+    for t, tree in enumerate(record.trees):
+        below: dict[str, list[str]] = {}
+        for sw, up in sorted(parents(tree, topo).items()):
+            if up is not None:
+                below.setdefault(up[0], []).append(sw)
+        root = record.roots[t]
+        shape = "; ".join(f"{p} <- {', '.join(cs)}" for p, cs in sorted(below.items()))
+        lines.append(f"    tree {t:<3} root {root}" + (f": {shape}" if shape else ""))
+    return lines
+
+
+def switch_traffic(stats: StatsReport) -> list[str]:
+    """The report's lines on packets per switch and per link between switches."""
+    roles = {name: sw.role for name, sw in stats.topology.switches.items()}
+    lines = ["  per switch      packets in / out"]
+    for name in stats.topology.switches:
+        if name in stats.switches:
+            rx, tx = stats.switch_packets(name)
+            label = f"{name} ({roles[name]})" if roles[name] else name
+            lines.append(f"    {label:<18} {rx:>10,} / {tx:,}")
+    links = stats.links()
+    if links:
+        lines.append("  per link        packets each way (counted in at the other end)")
+        for lk in links:
+            a, b = f"{lk.a}:{lk.a_port}", f"{lk.b}:{lk.b_port}"
+            lines.append(
+                f"    {a:>8} -> {b:<8} {lk.a_sent:>9,} ({lk.b_received:,})   "
+                f"{b:>8} -> {a:<8} {lk.b_sent:>9,} ({lk.a_received:,})"
+            )
+    return lines
 
 
 def _progress_bar(done: int, total: int, started: float) -> str:
@@ -228,6 +188,32 @@ def _progress_bar(done: int, total: int, started: float) -> str:
     frac = min(done / total, 1.0) if total else 1.0
     bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
     return f"\r  [{bar}] {frac:6.1%}  {time.monotonic() - started:5.1f} s"
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def _launch(argv: list[str], log: IO[str]) -> subprocess.Popen[str]:
+    # stderr goes to a file, not a pipe: a pipe nobody drains would stall a chatty switch.
+    # The child keeps its own descriptor when ours is closed.
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+
+
+def _await_ready(proc: subprocess.Popen[str], log: IO[str], deadline: float) -> dict[str, str]:
+    """The fields of a softswitch's READY line; DemoError with its stderr if it failed."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0.0))
+    if not ready:
+        proc.kill()
+        proc.wait(10)
+        raise DemoError(f"the softswitch did not start within {SWITCH_START_TIMEOUT:.0f} s")
+    line = proc.stdout.readline()  # READY ... or EOF if it failed
+    if not line.startswith("READY"):
+        proc.wait(10)
+        log.seek(0)
+        raise DemoError(log.read().strip() or f"softswitch exited with {proc.returncode}")
+    return dict(kv.split("=", 1) for kv in line.split()[1:])
 
 
 def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
@@ -244,27 +230,64 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
         "--seed",
         str(opts.seed),
     ]
-    # stderr goes to a file, not a pipe: a pipe nobody drains would stall a chatty switch.
-    # The child keeps its own descriptor when ours is closed.
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], SWITCH_START_TIMEOUT)
-        if not ready:
-            proc.kill()
-            proc.wait(10)
-            raise DemoError(f"the softswitch did not start within {SWITCH_START_TIMEOUT:.0f} s")
-        line = proc.stdout.readline()  # READY ... or EOF if it failed
-        if not line.startswith("READY"):
-            proc.wait(10)
-            log.seek(0)
-            raise DemoError(log.read().strip() or f"softswitch exited with {proc.returncode}")
-    fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+        proc = _launch(argv, log)
+        fields = _await_ready(proc, log, time.monotonic() + SWITCH_START_TIMEOUT)
     return proc, fields["grpc"], fields["wire_dir"]
 
 
-class DemoError(RuntimeError):
-    pass
+def _start_switches(
+    topo: Topology, workers: Sequence[str], wire_dir: str, opts: DemoOptions
+) -> tuple[dict[str, subprocess.Popen[str]], dict[str, str]]:
+    """One softswitch process per switch, all at once: its workers' ports on host wires, its
+    links to the other switches' ports, in `wire_dir`; (processes, P4Runtime addresses)."""
+    host_ports: dict[str, list[int]] = {sw: [] for sw in topo.switches}
+    for host in workers:
+        home, port = topo.host_attachment(host)
+        host_ports[home].append(port)
+    adj = topo.adjacency()
+    procs: dict[str, subprocess.Popen[str]] = {}
+    addresses: dict[str, str] = {}
+    with ExitStack() as files:
+        try:
+            logs: dict[str, IO[str]] = {}
+            for name, sw in topo.switches.items():
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "inaemu.softswitch",
+                    *("--name", name, "--device-id", str(sw.device_id)),
+                    *("--grpc", "127.0.0.1:0", "--wire-dir", wire_dir),
+                    *("--seed", str(opts.seed + sw.device_id)),
+                ]
+                if host_ports[name]:
+                    argv += ["--wires", ",".join(map(str, sorted(host_ports[name])))]
+                for port, (peer, peer_port) in sorted(adj[name].items()):
+                    argv += ["--link", f"{port}={peer}.{peer_port}"]
+                logs[name] = files.enter_context(tempfile.TemporaryFile("w+"))
+                procs[name] = _launch(argv, logs[name])
+            deadline = time.monotonic() + SWITCH_START_TIMEOUT
+            for name, proc in procs.items():
+                try:
+                    addresses[name] = _await_ready(proc, logs[name], deadline)["grpc"]
+                except DemoError as exc:
+                    raise DemoError(f"switch {name}: {exc}") from None
+        except BaseException:
+            _stop_switches(procs)
+            raise
+    return procs, addresses
+
+
+def _stop_switches(procs: dict[str, subprocess.Popen[str]]) -> None:
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs.values():
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 async def _program(topo: Topology, opts: DemoOptions) -> Controller:
@@ -276,9 +299,29 @@ async def _program(topo: Topology, opts: DemoOptions) -> Controller:
     return ctl
 
 
-def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
-    if not 1 <= opts.workers <= 32:
-        raise DemoError("--workers must be 1..32 (one switch; the slot bitmap holds 32)")
+async def _program_topology(
+    topo: Topology, spec: JobSpec, workers: Sequence[str], loss: float
+) -> tuple[Controller, JobRecord]:
+    """Connect to every switch, push the pipeline, install the job on all of them in one
+    change; with `loss`, inject it on every port in use (workers' and links')."""
+    ctl = Controller(topo, push_pipeline=True)
+    try:
+        await ctl.connect()
+        record = await ctl.add_job(spec)
+        if loss > 0:
+            adj = topo.adjacency()
+            for name in topo.switches:
+                ports = {p for h in workers for s, p in [topo.host_attachment(h)] if s == name}
+                ports |= set(adj[name])
+                if ports:
+                    await ctl.set_loss(name, sorted(ports), loss)
+    except BaseException:
+        await ctl.close()
+        raise
+    return ctl, record
+
+
+def _check_options(opts: DemoOptions) -> None:
     if opts.size < 1:
         raise DemoError("--size must be at least 1")
     if not 0.0 <= opts.loss < 1.0:
@@ -289,35 +332,56 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
 
     if opts.codec not in CODECS:
         raise DemoError(f"unknown codec {opts.codec!r}; choose from {', '.join(sorted(CODECS))}")
-    switch, grpc, wire_dir = _start_switch(opts)
-    # the workers' wires, and one fresh run id for all of them (docs/protocol.md, section 5)
-    run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
-    opts = replace(opts, wire_dir=wire_dir, run=run)
+
+
+def _run_workers(
+    opts: DemoOptions,
+    seats: Sequence[Seat],
+    out: Any,
+    alive: Callable[[], bool],
+) -> tuple[list[WorkerResult], float]:
+    """Start one worker process per seat, let them go together once all are attached, and
+    collect their results; (results by rank, seconds from go to the last result)."""
     ctx = mp.get_context("spawn")  # no fork after gRPC threads started
-    procs: list[Any] = []
-    loop = asyncio.new_event_loop()
-    ctl: Controller | None = None
+    go = ctx.Event()
+    done = ctx.Value("q", 0)
+    ready = ctx.Value("q", 0)
+    results: Queue[WorkerResult | str] = ctx.Queue()
+    procs = [
+        ctx.Process(target=run_worker, args=(r, opts, go, done, results, ready, seat), daemon=True)
+        for r, seat in enumerate(seats)
+    ]
+
+    def failure() -> str | None:
+        try:
+            item = results.get_nowait()
+        except queue.Empty:
+            item = None
+        if isinstance(item, str):
+            return item
+        if any(p.exitcode not in (None, 0) for p in procs) or not alive():
+            return "a worker or the switch died; see the messages above"
+        return None
+
     try:
-        topo = star(opts.workers)
-        topo.switches["s1"] = replace(topo.switches["s1"], grpc=grpc)
-        ctl = loop.run_until_complete(_program(topo, opts))
-        go = ctx.Event()
-        done = ctx.Value("q", 0)
-        results: mp.Queue[WorkerResult | str] = ctx.Queue()
-        procs = [
-            ctx.Process(target=_worker, args=(r, opts, go, done, results), daemon=True)
-            for r in range(opts.workers)
-        ]
         for p in procs:
             p.start()
-        time.sleep(0.3)  # let workers bind their sockets before the first packet
+        # every worker attached (its wire end bound) before the first packet, so that no
+        # result finds a worker missing
+        deadline = time.monotonic() + WORKER_START_TIMEOUT
+        while ready.value < len(procs):
+            if (problem := failure()) is not None:
+                raise DemoError(problem)
+            if time.monotonic() > deadline:
+                raise DemoError(f"the workers did not start within {WORKER_START_TIMEOUT:.0f} s")
+            time.sleep(0.05)
         started = time.monotonic()
         go.set()
         # chunks per worker: estimated from the codec's phases; the bar tracks worker 0's share
-        expected_chunks = max(1, -(-opts.size // K)) * opts.workers
+        expected_chunks = max(1, -(-opts.size // K)) * len(seats)
         collected: list[WorkerResult] = []
         show = opts.progress and out.isatty()
-        while len(collected) < opts.workers:
+        while len(collected) < len(seats):
             try:
                 item = results.get(timeout=0.2)
             except queue.Empty:
@@ -325,7 +389,7 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
                     out.write(_progress_bar(done.value, expected_chunks, started))
                     out.flush()
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead or switch.poll() is not None:
+                if dead or not alive():
                     raise DemoError("a worker or the switch died; see the messages above") from None
                 continue
             if isinstance(item, str):
@@ -334,19 +398,41 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         wall = time.monotonic() - started
         if show:
             out.write(_progress_bar(expected_chunks, expected_chunks, started) + "\n")
+        return sorted(collected, key=lambda r: r.rank), wall
+    finally:
+        launched = [p for p in procs if p.pid is not None]
+        for p in launched:
+            if p.is_alive():
+                p.terminate()
+        for p in launched:
+            p.join(5)
+
+
+def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
+    _check_options(opts)
+    if opts.topo is not None:
+        return run_topology_demo(opts, out)
+    if not 1 <= opts.workers <= 32:
+        raise DemoError("--workers must be 1..32 (one switch; the slot bitmap holds 32)")
+    switch, grpc, wire_dir = _start_switch(opts)
+    # the workers' wires, and one fresh run id for all of them (docs/protocol.md, section 5)
+    run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
+    opts = replace(opts, wire_dir=wire_dir, run=run)
+    loop = asyncio.new_event_loop()
+    ctl: Controller | None = None
+    try:
+        topo = star(opts.workers)
+        topo.switches["s1"] = replace(topo.switches["s1"], grpc=grpc)
+        ctl = loop.run_until_complete(_program(topo, opts))
+        seats = [Seat(port=r + 1) for r in range(opts.workers)]
+        collected, wall = _run_workers(opts, seats, out, lambda: switch.poll() is None)
         stats = loop.run_until_complete(ctl.read_stats())
-        report = DemoReport(
-            opts, wall, sorted(collected, key=lambda r: r.rank), stats, expected_chunks
-        )
+        expected_chunks = max(1, -(-opts.size // K)) * opts.workers
+        report = DemoReport(opts, wall, collected, stats, expected_chunks)
         if opts.codec.startswith("sketch") and opts.density == 1.0:
             report.notes.append("sketch codecs pay off on sparse gradients: try --density 0.05")
         return report
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(5)
         if ctl is not None:
             loop.run_until_complete(ctl.close())
         loop.close()
@@ -355,6 +441,78 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
             switch.wait(10)
         except subprocess.TimeoutExpired:
             switch.kill()
+
+
+def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
+    """The demo over a topology of softswitches (the module doc)."""
+    assert opts.topo is not None
+    try:
+        topo = load_or_build(opts.topo)
+    except TopologyError as exc:
+        raise DemoError(str(exc)) from None
+    hosts = list(topo.hosts)
+    n = opts.workers or len(hosts)
+    if not 1 <= n <= len(hosts):
+        raise DemoError(f"--workers must be 1..{len(hosts)} (the hosts of {opts.topo})")
+    workers = tuple(hosts[:n])
+    spec = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
+    try:
+        JobManager(topo).plan_add(spec)  # refused here, before any process starts
+    except JobError as exc:
+        raise DemoError(str(exc)) from None
+    try:
+        wires = WireDir(opts.wire_dir) if opts.wire_dir else WireDir()
+    except OSError as exc:
+        raise DemoError(str(exc)) from None
+    run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
+    opts = replace(opts, workers=n, wire_dir=wires.path, run=run)
+    loop = asyncio.new_event_loop()
+    ctl: Controller | None = None
+    switches: dict[str, subprocess.Popen[str]] = {}
+    try:
+        switches, addresses = _start_switches(topo, workers, wires.path, opts)
+        for name, address in addresses.items():
+            topo.switches[name] = replace(topo.switches[name], grpc=address)
+        try:
+            ctl, record = loop.run_until_complete(_program_topology(topo, spec, workers, opts.loss))
+        except (JobError, ControllerError) as exc:
+            raise DemoError(str(exc)) from None
+        seats = []
+        for host in workers:
+            sw, port = topo.host_attachment(host)
+            h, agg = topo.hosts[host], topo.switches[sw]
+            seats.append(
+                Seat(
+                    sw,
+                    port,
+                    len(record.trees),
+                    check_here=False,
+                    host=(h.mac, h.ip),
+                    agg=(agg.agg_mac, agg.agg_ip),
+                )
+            )
+        collected, wall = _run_workers(
+            opts, seats, out, lambda: all(p.poll() is None for p in switches.values())
+        )
+        stats = loop.run_until_complete(ctl.read_stats())
+        ref = reference(opts)  # once, for every worker's result
+        for r in collected:
+            assert r.values is not None
+            r.exact_vs_reference, r.max_error, r.bound, r.within_bound = check(ref, r.values)
+            r.values = None
+        expected_chunks = max(1, -(-opts.size // K)) * n
+        report = DemoReport(
+            opts, wall, collected, stats, expected_chunks, job=record, topology=topo
+        )
+        if opts.codec.startswith("sketch") and opts.density == 1.0:
+            report.notes.append("sketch codecs pay off on sparse gradients: try --density 0.05")
+        return report
+    finally:
+        if ctl is not None:
+            loop.run_until_complete(ctl.close())
+        loop.close()
+        _stop_switches(switches)
+        wires.cleanup()
 
 
 def main_demo(opts: DemoOptions) -> int:

@@ -1,8 +1,11 @@
-"""Counter reads turned into a report: per job and port, drops by reason, events, port totals.
+"""Counter reads turned into a report: per job and port, drops by reason, events, packets per
+switch and port, and per link between switches, each way.
 
 bmv2's P4Runtime server cannot read registers, so statistics come from counters only:
 `ina_child_stats` (direct, per job, tree and ingress port), `ina_drops`, `ina_events`,
-`port_rx`, `port_tx`.
+`port_rx`, `port_tx`. A link's traffic comes from the topology and the port counters of its
+two ends: what one end sent (`port_tx`) and what the other counted arriving (`port_rx`,
+before loss injection drops anything); the two differ by what the link lost on the way.
 """
 
 from __future__ import annotations
@@ -28,6 +31,20 @@ class SwitchCounters:
 
     def events(self) -> dict[str, int]:
         return {e.name: n for e in Event if (n := self.packets("ina_events", e))}
+
+
+@dataclass(frozen=True)
+class LinkTraffic:
+    """Packets on one link between switches a and b, each way."""
+
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+    a_sent: int  # a's port_tx on a_port: packets towards b
+    b_received: int  # b's port_rx on b_port
+    b_sent: int
+    a_received: int
 
 
 @dataclass
@@ -58,6 +75,36 @@ class StatsReport:
         peer = self.topology.switch_neighbours(switch).get(port)
         return f"{peer[0]}:{peer[1]}" if peer else "?"
 
+    def switch_packets(self, switch: str) -> tuple[int, int]:
+        """(packets in, packets out) of a switch over all its ports."""
+        c = self.switches[switch]
+        rx = sum(n for (name, _), (n, _) in c.indexed.items() if name == "port_rx")
+        tx = sum(n for (name, _), (n, _) in c.indexed.items() if name == "port_tx")
+        return rx, tx
+
+    def links(self) -> list[LinkTraffic]:
+        """Every link of the topology between two switches whose counters were read."""
+        out = []
+        for lk in self.topology.links:
+            if lk.a_port is None or lk.b_port is None:
+                continue
+            a, b = self.switches.get(lk.a), self.switches.get(lk.b)
+            if a is None or b is None:
+                continue
+            out.append(
+                LinkTraffic(
+                    lk.a,
+                    lk.a_port,
+                    lk.b,
+                    lk.b_port,
+                    a.packets("port_tx", lk.a_port),
+                    b.packets("port_rx", lk.b_port),
+                    b.packets("port_tx", lk.b_port),
+                    a.packets("port_rx", lk.a_port),
+                )
+            )
+        return out
+
     def render(self) -> str:
         lines: list[str] = []
         for job_id in sorted(self.jobs):
@@ -67,8 +114,9 @@ class StatsReport:
                 lines.append(f"  {sw:<8} {port:>4}  {peer:<10} {p:>10} {b:>12}")
         for name, c in sorted(self.switches.items()):
             drops = c.drops()
+            rx, tx = self.switch_packets(name)
             lines.append(
-                f"switch {name}: drops "
+                f"switch {name}: packets in {rx}, out {tx}; drops "
                 + (", ".join(f"{k.lower()} {v}" for k, v in drops.items()) or "none")
             )
             events = c.events()
@@ -81,4 +129,15 @@ class StatsReport:
                 rx, tx = c.packets("port_rx", port), c.packets("port_tx", port)
                 if rx or tx:
                     lines.append(f"  port {port:>3}: rx {rx:>9}  tx {tx:>9}")
+        links = self.links()
+        if links:
+            lines.append("links between switches: packets each way (sent by one end, counted in")
+            lines.append("  at the other; a difference is what the link lost)")
+            ends = [(f"{lk.a}:{lk.a_port}", f"{lk.b}:{lk.b_port}") for lk in links]
+            width = max(len(e) for pair in ends for e in pair)
+            for lk, (one, other) in zip(links, ends, strict=True):
+                lines.append(
+                    f"  {one:>{width}} -> {other:<{width}} {lk.a_sent:>9} ({lk.b_received} in)"
+                    f"   {other:>{width}} -> {one:<{width}} {lk.b_sent:>9} ({lk.a_received} in)"
+                )
         return "\n".join(lines)

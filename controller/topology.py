@@ -757,9 +757,12 @@ def from_spec(spec: str) -> Topology:
 def load_or_build(text: str) -> Topology:
     """A topology file, or a compact spec such as `bigraph:4x4` when no such file exists."""
     path = Path(text)
-    if not path.exists() and text.partition(":")[0] in SPEC_FORMS and ":" in text:
-        return from_spec(text)
-    return Topology.load(path)
+    if path.exists() or ":" not in text:
+        return Topology.load(path)
+    if text.partition(":")[0] not in SPEC_FORMS:
+        forms = ", ".join(f"{k}:{v[0]}" for k, v in SPEC_FORMS.items())
+        raise TopologyError(f"{text}: no such topology file, nor a topology such as {forms}")
+    return from_spec(text)
 
 
 def describe_roles(topo: Topology) -> str:

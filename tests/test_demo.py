@@ -115,3 +115,55 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
         ["pgrep", "-f", f"--wire-dir {wires}"], capture_output=True, text=True
     ).stdout.split()
     assert leftovers == []
+
+
+def test_demo_over_a_leaf_spine(tmp_path: Path) -> None:
+    """Four softswitch processes joined by loopback wires, two trees rooted at the spines."""
+    wires = tmp_path / "wires"
+    proc = run(
+        "demo", "--topo", "leaf-spine:2x2x2", "--size", "20000", "--wire-dir", str(wires),
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "inaemu demo: 4 workers x 20,000 float32" in out
+    assert "topology        leaf-spine:2x2x2: 4 switches (2 spine, 2 leaf), 4 hosts" in out
+    assert "identical on every worker; bit-exact vs the reference switch" in out
+    assert ": met" in out
+    assert "trees           2, chunks striped over them; at most 1 tree(s) per link" in out
+    assert "tree 0   root s1: s1 <- l1, l2" in out and "tree 1   root s2: s2 <- l1, l2" in out
+    for sw in ("s1 (spine)", "s2 (spine)", "l1 (leaf)", "l2 (leaf)"):
+        assert f"    {sw}" in out
+    links = [line for line in out.splitlines() if " -> " in line]
+    assert len(links) == 4 and all(line.split()[2] != "0" for line in links)
+    assert os.listdir(wires) == [".lock"]  # every switch removed its ends
+
+
+def test_demo_over_a_bigraph_with_loss() -> None:
+    """BiGraph(2, 4): four switches, eight workers, four trees (one rooted at each switch),
+    1% loss injected on every port in use, links included."""
+    proc = run("demo", "--topo", "bigraph:2x4", "--size", "10000", "--loss", "0.01", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "topology        bigraph:2x4: 4 switches (2 upper, 2 lower), 8 hosts" in out
+    assert "identical on every worker; bit-exact vs the reference switch" in out
+    assert "trees           4, chunks striped over them; at most 3 tree(s) per link" in out
+    roots = [line.split()[3].rstrip(":") for line in out.splitlines() if "root s" in line]
+    assert roots == ["s1", "s2", "s3", "s4"]
+    assert "loss " in out.split("switch drops")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--topo", "ring:3"), "ring:3: no such topology file, nor a topology such as star:"),
+        (("--topo", "leaf-spine:2x2x2", "--trees", "3"), "multiple of n_trees (3)"),
+        (("--topo", "leaf-spine:2x2x2", "--workers", "9"), "--workers must be 1..4"),
+        (("--trees", "2"), "--trees needs --topo"),
+    ],
+    ids=["bad-spec", "trees-vs-window", "too-many-workers", "trees-without-topo"],
+)
+def test_bad_topology_options_are_refused(args: tuple[str, ...], message: str) -> None:
+    proc = run("demo", *args, timeout=60)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -310,10 +310,11 @@ def jobs(draw: st.DrawFn) -> tuple[Topology, tuple[str, ...], list[str]]:
     return topo, workers, roots
 
 
-def undirected_loads(
-    topo: Topology, trees: list[dict[str, TreeNode]]
-) -> Counter[frozenset[tuple[str, int]]]:
-    loads: Counter[frozenset[tuple[str, int]]] = Counter()
+LinkEnds = frozenset[tuple[str, int]]  # a link between switches: its two (switch, port)
+
+
+def undirected_loads(topo: Topology, trees: list[dict[str, TreeNode]]) -> Counter[LinkEnds]:
+    loads: Counter[LinkEnds] = Counter()
     for tree in trees:
         for sw, up in parents(tree, topo).items():
             if up is not None:
@@ -325,7 +326,7 @@ def brute_force_min_max(topo: Topology, trees: list[dict[str, TreeNode]]) -> int
     """The lowest maximum load over every choice of parents (one level up, same tree) for
     the switches each tree holds; None when there are too many choices to try."""
     adj = topo.adjacency()
-    choices: list[list[frozenset[tuple[str, int]]]] = []
+    choices: list[list[LinkEnds]] = []
     for tree in trees:
         root = next(sw for sw, n in tree.items() if n.is_root)
         dist = topo.distances(root)
@@ -438,29 +439,51 @@ def test_planned_trees_aggregate_exactly_in_a_fabric(
     run_chunks(topo, workers, len(roots))
 
 
-# the most trees on one link for every host of a built-in topology as a worker, one tree per
-# root candidate (the `--trees` default), next to a single tree; docs/topologies.md lists them
+# the most trees on one link for every host of a built-in topology as a worker, with one tree
+# per root candidate (the `--trees` default), and with the same roots when each tree takes
+# the lowest port towards its root (no balancing); docs/topologies.md lists them
 BUILT_IN = [
-    ("leaf-spine:2x2x4", 2, 1),
-    ("leaf-spine:4x4x2", 4, 1),
-    ("fat-tree:4", 4, 2),
-    ("fat-tree:6", 9, 3),
-    ("bigraph:4x4", 4, 3),
-    ("bigraph:2x8", 8, 4),
-    ("torus:4x4", 16, 8),
-    ("torus:3x3", 9, 4),
-    ("mesh:3x3", 1, 1),
+    ("leaf-spine:2x2x4", 2, 1, 1),
+    ("leaf-spine:4x4x2", 4, 1, 1),
+    ("fat-tree:4", 4, 2, 2),
+    ("fat-tree:6", 9, 3, 3),
+    ("bigraph:4x4", 4, 3, 4),
+    ("bigraph:2x8", 8, 4, 8),
+    ("bigraph:1x12", 12, 4, 12),
+    ("torus:3x3", 9, 4, 6),
+    ("torus:4x4", 16, 8, 12),
+    ("mesh:3x3", 1, 1, 1),
+    ("mesh:4x4", 4, 3, 4),
 ]
 
 
-@pytest.mark.parametrize(("spec", "n_trees", "most"), BUILT_IN)
-def test_built_in_topologies_trees_per_link(spec: str, n_trees: int, most: int) -> None:
+def lowest_port_trees_max(topo: Topology, workers: tuple[str, ...], roots: list[str]) -> int:
+    """The most trees on a link when each tree is the breadth-first tree from its root that
+    takes the lowest port (`Topology.bfs_parents`), cut to the workers' switches."""
+    homes = {topo.host_attachment(h)[0] for h in workers}
+    loads: Counter[LinkEnds] = Counter()
+    for root in roots:
+        up = topo.bfs_parents(root)
+        used = set()
+        for sw in homes:
+            while (step := up[sw]) is not None:
+                used.add(frozenset(((sw, step[1]), (step[0], step[2]))))
+                sw = step[0]
+        loads.update(used)
+    return max(loads.values(), default=0)
+
+
+@pytest.mark.parametrize(("spec", "n_trees", "most", "unbalanced"), BUILT_IN)
+def test_built_in_topologies_trees_per_link(
+    spec: str, n_trees: int, most: int, unbalanced: int
+) -> None:
     topo = from_spec(spec)
     workers = tuple(topo.hosts)
     rec = JobManager(topo).plan_add(JobSpec(1, workers, pool_size=16 * n_trees, n_trees=0))
     assert len(rec.trees) == n_trees and rec.spec.n_trees == n_trees
     assert rec.max_trees_per_link == most
     assert rec.roots == choose_roots(topo, workers, n_trees)
+    assert lowest_port_trees_max(topo, workers, rec.roots) == unbalanced
     single = JobManager(topo).plan_add(JobSpec(1, workers, pool_size=16, n_trees=1))
     assert single.max_trees_per_link == 1
     # every switch a tree crosses has the job's pool; each tree a group on each of its switches
@@ -527,3 +550,82 @@ def test_built_in_topologies_with_any_tree_count_are_balanced(spec: str) -> None
     }
     for n, value in lowest.get(spec, {}).items():
         assert most[n] == value, (n, most)
+
+
+# ---------------------------------------------------------------------- CLI and drawing
+
+
+def test_cli_writes_every_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from inaemu.controller import cli
+
+    cases = [
+        (["bigraph", "--hosts", "2", "--switches", "6"], bigraph(2, 6)),
+        (["torus", "--rows", "3", "--cols", "4"], torus(3, 4)),
+        (["mesh", "--rows", "2", "--cols", "3"], mesh(2, 3)),
+        (["leaf-spine:2x3x2"], leaf_spine(2, 3, 2)),
+        (["fat-tree:4"], fat_tree(4)),
+    ]
+    for args, expected in cases:
+        path = tmp_path / "t.json"
+        assert cli.main(["topo", *args, "-o", str(path)]) == 0
+        assert Topology.load(path).to_json() == expected.to_json()
+    assert "6 switches (3 upper, 3 lower)" in capsys.readouterr().out.splitlines()[0]
+    assert cli.main(["topo", "ring:3"]) == 1
+    assert "unknown topology 'ring:3'" in capsys.readouterr().err
+
+
+def test_topo_show_draws_svg_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from inaemu.controller import cli
+
+    path = tmp_path / "bg.json"
+    bigraph(2, 4).save(path)
+    assert cli.main(["topo", "show", "-t", str(path), "-o", str(tmp_path / "bg.svg")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert (tmp_path / "bg.svg").read_text().lstrip().startswith("<?xml")
+    # a compact spec works in place of a file
+    assert cli.main(["topo", "show", "-t", "torus:3x3", "-o", str(tmp_path / "t.png")]) == 0
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli.main(["topo", "show", "-t", str(path), "-o", str(tmp_path / "x.gif")]) == 1
+    assert "write a .svg, .png, .pdf file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("missing", ["matplotlib.figure", "networkx"])
+def test_topo_show_without_the_drawing_library_says_what_to_install(
+    missing: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import sys
+
+    from inaemu.controller import cli
+
+    monkeypatch.setitem(sys.modules, missing, None)  # import fails as if not installed
+    out = tmp_path / "t.svg"
+    assert cli.main(["topo", "show", "-t", "leaf-spine:2x2x2", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "pip install 'inaemu[draw]'" in err and missing.split(".")[0] in err
+    assert not out.exists()
+
+
+def test_layouts_put_roles_in_layers_and_grids_in_place() -> None:
+    from inaemu.controller.draw import grid_positions, layered_positions, positions
+
+    bg = bigraph(2, 4)
+    pos = layered_positions(bg)
+    assert pos is not None
+    assert {pos[s][1] for s in ("s1", "s2")} == {0.0} and {pos[s][1] for s in ("s3", "s4")} == {
+        -2.0
+    }
+    assert pos["h1"][1] == 1.0 and pos["h5"][1] == -3.0  # upper hosts above, lower below
+    ft = layered_positions(fat_tree(4))
+    assert ft is not None and ft["c1"][1] > ft["a1_1"][1] > ft["e1_1"][1] > ft["h1"][1]
+    grid = grid_positions(torus(3, 4))
+    assert grid is not None and grid[grid_switch(2, 3)] == (4.0, -3.0)
+    assert grid_positions(bg) is None and layered_positions(torus(3, 3)) is None
+    other = Topology()
+    other.add_switch("a", role="odd")
+    other.add_switch("b")
+    other.link("a", "b")
+    assert set(positions(other)) == {"a", "b"}  # spring layout for anything else

@@ -1,0 +1,207 @@
+"""The worker side of `inaemu demo`: what each worker process runs, and the result check.
+
+Kept apart from `controller.demo` so that a worker process (started with `spawn`) imports
+only the host library and numpy, not the controller's gRPC stack: with sixteen workers on a
+laptop that is seconds of start-up saved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from multiprocessing.queues import Queue
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event as MpEvent
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+JOB_ID = 1
+
+
+@dataclass
+class DemoOptions:
+    workers: int = 4  # with a topology: 0 = every host of it
+    size: int = 2_000_000
+    codec: str = "fixedpoint"
+    density: float = 1.0
+    loss: float = 0.0
+    window: int = 64
+    wire_dir: str | None = None  # None: the softswitch makes a private one (READY wire_dir=)
+    grpc_port: int = 0
+    seed: int = 1
+    progress: bool = True
+    timeout: float = 30.0  # a worker gives up after this long without progress
+    run: int | None = None  # the workers' run id; None: the parent draws a fresh one
+    topo: str | None = None  # a compact spec (leaf-spine:2x2x4) or topology file; None: star
+    trees: int = 0  # aggregation trees with a topology (0: one per root candidate)
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Where a worker sits and how it runs: its switch and port, the job's tree count, and
+    whether it checks its own result (else the parent checks every worker's at once)."""
+
+    switch: str = "s1"
+    port: int = 1
+    n_trees: int = 1
+    check_here: bool = True
+    host: tuple[str, str] | None = None  # (mac, ip) the worker sends from; None: by port
+    agg: tuple[str, str] | None = None  # (mac, ip) of the switch's aggregation address
+
+
+@dataclass
+class WorkerResult:
+    rank: int
+    seconds: float
+    digest: str
+    exact_vs_reference: bool
+    max_error: float
+    bound: float
+    within_bound: bool
+    bytes_sent: int
+    packets_sent: int
+    retransmissions: int
+    duplicate_results: int
+    values: npt.NDArray[Any] | None = None  # the result, when the parent checks it
+
+
+def worker_input(
+    seed: int, rank: int, size: int, density: float, codec: str = "fixedpoint"
+) -> npt.NDArray[Any]:
+    """Worker `rank`'s gradient: N(0, 0.01) float32 (int32 in +-2^20 for the int32 codec),
+    a fraction `density` of it non-zero."""
+    rng = np.random.default_rng([seed, rank])
+    if codec == "int32":
+        x: npt.NDArray[Any] = rng.integers(-(2**20), 2**20, size, dtype=np.int32)
+    else:
+        x = (rng.standard_normal(size) * 0.01).astype(np.float32)
+    if density < 1.0:
+        x[rng.random(size) >= density] = 0.0
+    return x
+
+
+@dataclass
+class Reference:
+    """What every worker's result is checked against: the reference switch's result, the
+    float64 sum, and the codec's error bound per element (None: lossless codecs)."""
+
+    result: npt.NDArray[Any]
+    truth: npt.NDArray[np.float64]
+    bound: npt.NDArray[np.float64] | None
+
+
+def reference(opts: DemoOptions) -> Reference:
+    from inaemu.hostlib.codecs import make_codec, simulate_allreduce
+    from inaemu.hostlib.codecs.fixedpoint import DEFAULT_BLOCK_SIZE, block_exponents, error_bound
+
+    inputs = [
+        worker_input(opts.seed, r, opts.size, opts.density, opts.codec) for r in range(opts.workers)
+    ]
+    results, _ = simulate_allreduce(make_codec(opts.codec), inputs)
+    truth = np.sum(np.stack(inputs).astype(np.float64), axis=0)
+    bound = None
+    if opts.codec == "fixedpoint":
+        exps = np.max([block_exponents(x, DEFAULT_BLOCK_SIZE) for x in inputs], axis=0)
+        bound = np.asarray(
+            error_bound(exps, opts.workers, opts.size, DEFAULT_BLOCK_SIZE), dtype=np.float64
+        )
+    return Reference(np.asarray(results[0]), truth, bound)
+
+
+def check(ref: Reference, result: npt.NDArray[Any]) -> tuple[bool, float, float, bool]:
+    """(bit-exact vs the reference switch, max |error| vs float64 sum, bound, within bound)."""
+    exact = bool(np.array_equal(ref.result, result))
+    err = np.abs(result.astype(np.float64) - ref.truth)
+    max_err = float(err.max()) if err.size else 0.0
+    if ref.bound is not None:
+        bound = ref.bound + np.spacing(np.abs(result)).astype(np.float64) / 2  # output rounding
+        return exact, max_err, float(bound.max()), bool((err <= bound).all())
+    # lossless codecs: the decoded sum is exactly the sum of the fixed-point inputs, so the
+    # bound is the reference's own error (the quantization), met when bit-exact
+    ref_err = float(np.abs(ref.result.astype(np.float64) - ref.truth).max()) if err.size else 0.0
+    return exact, max_err, ref_err, exact
+
+
+def verify(opts: DemoOptions, result: npt.NDArray[Any]) -> tuple[bool, float, float, bool]:
+    return check(reference(opts), result)
+
+
+def run_worker(
+    rank: int,
+    opts: DemoOptions,
+    go: MpEvent,
+    done: Synchronized[int],
+    results: Queue[WorkerResult | str],
+    ready: Synchronized[int] | None = None,
+    seat: Seat | None = None,
+) -> None:
+    """One worker process: attach to its switch port, wait for `go`, all-reduce its input,
+    report (checked here, or with the result for the parent to check)."""
+    from inaemu.hostlib.client import InaClient, InaError
+    from inaemu.hostlib.codecs import make_codec
+    from inaemu.hostlib.transport import LoopbackWireTransport
+    from inaemu.hostlib.wire import Endpoint
+
+    seat = seat or Seat(port=rank + 1)
+    try:
+        x = worker_input(opts.seed, rank, opts.size, opts.density, opts.codec)
+
+        def progress(n: int) -> None:
+            with done.get_lock():
+                done.value += n
+
+        transport = LoopbackWireTransport(
+            seat.port,
+            str(opts.wire_dir),
+            switch_name=seat.switch,
+            host=Endpoint(*seat.host) if seat.host else None,
+            switch=Endpoint(*seat.agg) if seat.agg else None,
+        )
+        client = InaClient(
+            transport,
+            job_id=JOB_ID,
+            window=opts.window,
+            n_workers=opts.workers,
+            n_trees=seat.n_trees,
+            run=opts.run or 0,  # the parent's, the same for every worker
+            give_up_after=opts.timeout,
+            on_progress=progress,
+        )
+        if ready is not None:
+            with ready.get_lock():
+                ready.value += 1
+        go.wait()
+        start = time.perf_counter()
+        out = np.asarray(client.allreduce(x, make_codec(opts.codec)))
+        seconds = time.perf_counter() - start
+        client.transport.close()
+        if seat.check_here:
+            exact, max_err, bound, ok = verify(opts, out)
+        else:
+            exact, max_err, bound, ok = False, 0.0, 0.0, False
+        st = client.stats
+        results.put(
+            WorkerResult(
+                rank,
+                seconds,
+                hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()[:16],
+                exact,
+                max_err,
+                bound,
+                ok,
+                st.bytes_sent,
+                st.packets_sent,
+                st.retransmissions,
+                st.duplicate_results,
+                None if seat.check_here else out,
+            )
+        )
+    except KeyboardInterrupt:
+        pass
+    except InaError as exc:
+        results.put(f"worker {rank}: {exc}")
+    except Exception as exc:  # reported by the parent as one clear line, not a traceback
+        results.put(f"worker {rank} failed: {type(exc).__name__}: {exc}")
