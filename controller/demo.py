@@ -446,6 +446,8 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
 def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
     """The demo over a topology of softswitches (the module doc)."""
     assert opts.topo is not None
+    if opts.grpc_port:
+        raise DemoError("--grpc-port is for one switch; with --topo each switch takes a free port")
     try:
         topo = load_or_build(opts.topo)
     except TopologyError as exc:

@@ -160,8 +160,9 @@ def test_demo_over_a_bigraph_with_loss() -> None:
         (("--topo", "leaf-spine:2x2x2", "--trees", "3"), "multiple of n_trees (3)"),
         (("--topo", "leaf-spine:2x2x2", "--workers", "9"), "--workers must be 1..4"),
         (("--trees", "2"), "--trees needs --topo"),
+        (("--topo", "bigraph:1x2", "--grpc-port", "9559"), "--grpc-port is for one switch"),
     ],
-    ids=["bad-spec", "trees-vs-window", "too-many-workers", "trees-without-topo"],
+    ids=["bad-spec", "trees-vs-window", "too-many-workers", "trees-without-topo", "grpc-port"],
 )
 def test_bad_topology_options_are_refused(args: tuple[str, ...], message: str) -> None:
     proc = run("demo", *args, timeout=60)
