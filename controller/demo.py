@@ -44,7 +44,6 @@ from inaemu.controller.demo_worker import (
 )
 from inaemu.controller.demo_worker import DemoOptions as DemoOptions
 from inaemu.controller.demo_worker import WorkerResult as WorkerResult
-from inaemu.controller.demo_worker import worker_input as worker_input
 from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport

@@ -7,7 +7,6 @@ laptop that is seconds of start-up saved.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
@@ -17,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from inaemu.hostlib.worker import digest, worker_input
 
 JOB_ID = 1
 
@@ -66,21 +67,6 @@ class WorkerResult:
     retransmissions: int
     duplicate_results: int
     values: npt.NDArray[Any] | None = None  # the result, when the parent checks it
-
-
-def worker_input(
-    seed: int, rank: int, size: int, density: float, codec: str = "fixedpoint"
-) -> npt.NDArray[Any]:
-    """Worker `rank`'s gradient: N(0, 0.01) float32 (int32 in +-2^20 for the int32 codec),
-    a fraction `density` of it non-zero."""
-    rng = np.random.default_rng([seed, rank])
-    if codec == "int32":
-        x: npt.NDArray[Any] = rng.integers(-(2**20), 2**20, size, dtype=np.int32)
-    else:
-        x = (rng.standard_normal(size) * 0.01).astype(np.float32)
-    if density < 1.0:
-        x[rng.random(size) >= density] = 0.0
-    return x
 
 
 @dataclass
@@ -187,7 +173,7 @@ def run_worker(
             WorkerResult(
                 rank,
                 seconds,
-                hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()[:16],
+                digest(out),
                 exact,
                 max_err,
                 bound,
