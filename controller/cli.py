@@ -3,6 +3,7 @@
     inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
     inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]  (python -m inaemu.softswitch)
     inaemu conformance [--target softswitch|bmv2|all] [--cases DIR] [-k NAME]
+    inaemu mininet --topo star:4|leaf-spine:2x2x2 [--switch softswitch|bmv2] [--algo ina] ...
     inaemu topo star|leaf-spine|fat-tree|bigraph|torus|mesh ... [--program F] -o topology.json
     inaemu topo leaf-spine:2x2x4|bigraph:4x4|fat-tree:4|torus:4x4|mesh:3x3|star:4 -o t.json
     inaemu topo show -t topology.json -o topology.svg   (or .png, .pdf; needs inaemu[draw])
@@ -494,6 +495,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(func=None)
 
+    sub.add_parser(
+        "mininet",
+        help="an allreduce scenario on a Mininet network (root; see inaemu mininet -h)",
+        add_help=False,
+    ).set_defaults(func=None)
+
     t = sub.add_parser("topo", help="write a topology file, or draw one (show)")
     t.add_argument(
         "kind",
@@ -584,6 +591,10 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.conformance.run import main as conformance_main
 
         return conformance_main(argv[1:])
+    if argv[:1] == ["mininet"]:
+        from inaemu.mininet.run import main as mininet_main
+
+        return mininet_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result = args.func(args)

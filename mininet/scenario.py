@@ -1,0 +1,542 @@
+"""A topology as a Mininet network of INA switches and hosts, programmed only through the
+controller's commands, and removed again.
+
+    with Scenario(topology, RunDir.make(path), NetOptions(switch="softswitch", bw=20)) as sc:
+        sc.program()                           # inaemu pipeline push, inaemu routes
+        sc.inaemu("job", "add", "-t", str(sc.topology_file), "--workers", "h1,h2")
+        proc = sc.popen("h1", [sys.executable, "-m", "inaemu.hostlib.worker", ...])
+
+What it creates, and `close()` removes (also after a failure or Ctrl-C): one Mininet network
+(hosts in their own network namespaces; switch nodes in the root namespace with veths named
+`<switch>-eth<port>`, as Mininet names them; tc shaping on the links given a bandwidth), one
+switch process per switch (and tcpdumps with `pcap`), and the processes started with `popen`;
+`build/network.json` lists them (pids, interfaces) as they are made.
+`close()` stops those processes, then has Mininet stop its own network (links, switches,
+hosts), then deletes any of this network's switch interfaces still left in the root
+namespace. It never runs `mn -c`: other networks on the machine are left alone. Before
+building, it refuses to start if one of its switch interface names already exists in the root
+namespace (Mininet would delete that interface to make its own).
+
+Mininet's `fixLimits` (raising global sysctls such as net.core.wmem_max, never restored) is
+skipped: a network of this size does not need it.
+
+The switches listen for P4Runtime on distinct 127.0.0.1 ports of the root namespace; the run's
+`build/topology.json` names them, and the controller's commands (`inaemu pipeline push`,
+`routes`, `job add`, `loss`, `stats`) run in this process against that file, their output
+appended to `logs/controller.log`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from inaemu.controller.topology import Link, Topology, TopologyError
+
+IFNAMSIZ = 15  # the longest interface name Linux takes
+NETEM_OPTIONS = ("delay", "jitter", "loss", "max_queue_size")
+MAX_BW = 1000.0  # Mbit/s: Mininet's TCIntf refuses more
+PRIMARY_WAIT = 5.0  # seconds a controller command waits for the last one's stream to end
+
+
+class ScenarioError(RuntimeError):
+    """The network cannot be built, started or programmed; the message says why."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run's directory, as p4lang/tutorials lay one out: `build/` (topology.json, the job
+    state, the bmv2 JSON, results), `logs/` (switches, controller, workers), `pcaps/`."""
+
+    root: Path
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pcaps(self) -> Path:
+        return self.root / "pcaps"
+
+    @staticmethod
+    def make(root: Path, *, pcap: bool = False) -> RunDir:
+        run = RunDir(Path(root).absolute())
+        for d in (run.build, run.logs, *([run.pcaps] if pcap else [])):
+            d.mkdir(parents=True, exist_ok=True)
+        return run
+
+
+@dataclass(frozen=True)
+class NetOptions:
+    switch: str = "softswitch"  # softswitch | bmv2
+    bw: float | None = None  # Mbit/s on every link without a bw of its own; None: unshaped
+    pcap: bool = False
+    bmv2_log_level: str = "warn"
+    start_timeout: float = 30.0
+    verbose: bool = False  # Mininet's own progress messages
+
+
+@dataclass
+class LinkUse:
+    """One link's traffic during a measurement, counted on its switch-side interface."""
+
+    a: str  # "h1" or "l1:3"
+    b: str  # "s1:1"
+    ifname: str  # the counted interface, on b's side (a's for a link between switches)
+    a_to_b: int = 0  # bytes
+    b_to_a: int = 0
+    a_to_b_packets: int = 0
+    b_to_a_packets: int = 0
+    shaping: str = ""  # e.g. "rate 20Mbit" (tc on the counted interface), "" if unshaped
+
+
+def link_params(link: Link, default_bw: float | None, index: int) -> dict[str, Any]:
+    """Mininet TCLink parameters of a topology link: its own options ("bw=10,delay=1ms") over
+    the default bandwidth."""
+    params: dict[str, Any] = {}
+    if default_bw is not None:
+        params["bw"] = default_bw
+    for item in filter(None, (p.strip() for p in re.split(r"[,\s]+", link.options))):
+        key, sep, value = item.partition("=")
+        where = f"link #{index} ({link.a}-{link.b}) option {item!r}"
+        if not sep:
+            raise TopologyError(f"{where}: write key=value, e.g. bw=10")
+        if key == "bw":
+            try:
+                params["bw"] = float(value)
+            except ValueError:
+                raise TopologyError(f"{where}: bw is Mbit/s, a number") from None
+        elif key in ("delay", "jitter"):
+            params[key] = value
+        elif key in ("loss", "max_queue_size"):
+            try:
+                params[key] = float(value) if key == "loss" else int(value)
+            except ValueError:
+                raise TopologyError(f"{where}: {key} must be a number") from None
+        else:
+            raise TopologyError(
+                f"{where}: unknown; links take bw, delay, jitter, loss, "
+                "max_queue_size (Mininet TCLink's)"
+            )
+    bw = params.get("bw")
+    if bw is not None and not 0 < bw <= MAX_BW:
+        raise TopologyError(f"link #{index}: bw {bw} Mbit/s is outside Mininet's 0..{MAX_BW:.0f}")
+    return params
+
+
+def netem_missing() -> str | None:
+    """None if the kernel has netem (what Mininet's delay, jitter, loss and queue limits use),
+    else why not. Probed in a throwaway network namespace."""
+    probe = f"inaemu-netem-probe-{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode:
+        return "cannot make a network namespace to probe for netem"
+    try:
+        tc = ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
+        proc = subprocess.run(["ip", "netns", "exec", probe, *tc], capture_output=True, text=True)
+        return None if proc.returncode == 0 else f"tc netem: {proc.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+def counted_end(link: Link) -> tuple[str, int]:
+    """The end of `link` whose interface lives in the root namespace and is counted: the
+    switch end of a host link, the first end of a link between switches."""
+    if link.a_port is None:
+        assert link.b_port is not None
+        return link.b, link.b_port
+    return link.a, link.a_port
+
+
+def switch_ports(topo: Topology, switch: str) -> list[int]:
+    """The ports of `switch` that links use."""
+    ports = [lk.a_port for lk in topo.links if lk.a == switch and lk.a_port is not None]
+    ports += [lk.b_port for lk in topo.links if lk.b == switch and lk.b_port is not None]
+    return sorted(ports)
+
+
+def interface_name(node: str, port: int) -> str:
+    """Mininet's name for a node's interface."""
+    return f"{node}-eth{port}"
+
+
+def root_interfaces() -> set[str]:
+    return set(os.listdir("/sys/class/net"))
+
+
+def _counter(ifname: str, name: str) -> int:
+    try:
+        return int(Path(f"/sys/class/net/{ifname}/statistics/{name}").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+class _QuietTc(logging.Filter):
+    """Drops tc's warning that htb's quantum is big at the rates Mininet sets (harmless:
+    Mininet reports every line tc prints as an error)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "quantum of class" not in record.getMessage()
+
+
+class Scenario:
+    """See the module's docstring."""
+
+    def __init__(
+        self, topology: Topology, run: RunDir, options: NetOptions, *, program: Path | None = None
+    ) -> None:
+        """`program`: the bmv2 JSON (needed with switch bmv2; written into topology.json)."""
+        self.topology = topology.validate()
+        self.run = run
+        self.options = options
+        self.p4_program = program
+        self.net: Any = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._files: list[IO[bytes]] = []
+        self._our_ifnames: list[str] = []
+        self.topology_file = run.build / "topology.json"
+        self.timings: dict[str, float] = {}
+        self.record: dict[str, Any] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ life cycle
+
+    def __enter__(self) -> Scenario:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _check(self) -> list[tuple[str, str, int | None, int | None, dict[str, Any]]]:
+        """Everything refused before anything is made: names, options, interface clashes."""
+        topo, opts = self.topology, self.options
+        if opts.switch not in ("softswitch", "bmv2"):
+            raise ScenarioError(f"unknown switch {opts.switch!r}: use softswitch or bmv2")
+        if opts.switch == "bmv2" and self.p4_program is None:
+            raise ScenarioError("bmv2 needs the compiled program (program=...)")
+        links = []
+        needs_netem = False
+        for i, lk in enumerate(topo.links):
+            params = link_params(lk, opts.bw, i)
+            needs_netem |= any(k in params for k in NETEM_OPTIONS)
+            links.append((lk.a, lk.b, lk.a_port, lk.b_port, params))
+        if needs_netem:
+            why = netem_missing()
+            if why is not None:
+                raise ScenarioError(
+                    "a link asks for delay, jitter, loss or a queue limit, which need the "
+                    f"kernel's netem, missing here ({why}); inject loss at the switches "
+                    "instead (--loss, `inaemu loss`)"
+                )
+        names = []
+        for sw in topo.switches:
+            for port in switch_ports(topo, sw):
+                names.append(interface_name(sw, port))
+        for h in topo.hosts:
+            names.append(interface_name(h, 0))
+        too_long = [n for n in names if len(n) > IFNAMSIZ]
+        if too_long:
+            raise ScenarioError(
+                f"interface names longer than {IFNAMSIZ} characters: {', '.join(too_long[:5])}; "
+                "use shorter host and switch names"
+            )
+        switch_ifs = [n for n in names if n.rsplit("-eth", 1)[0] in topo.switches]
+        clash = sorted(set(switch_ifs) & root_interfaces())
+        if clash:
+            raise ScenarioError(
+                f"interface(s) {', '.join(clash[:5])} already exist in the root namespace "
+                "(another Mininet network running, or left over from one: remove a left-over "
+                f"with `ip link del {clash[0]}`); Mininet would delete them to make its own"
+            )
+        self._our_ifnames = switch_ifs
+        return links
+
+    def start(self) -> None:
+        links = self._check()
+        from inaemu.mininet import nodes  # imports Debian's Mininet
+
+        mn = nodes.mn
+        mn.log.setLogLevel("info" if self.options.verbose else "warning")
+        if not any(isinstance(f, _QuietTc) for f in mn.log.lg.filters):
+            mn.log.lg.addFilter(_QuietTc())
+
+        class Net(mn.net.Mininet):  # type: ignore[misc,name-defined]
+            inited = True  # skip Mininet.init's fixLimits (global sysctls); we are root
+
+        started = time.monotonic()
+        switch_cls = nodes.SWITCH_CLASSES[self.options.switch]
+        self.net = net = Net(
+            topo=None,
+            build=False,
+            controller=None,
+            switch=switch_cls,
+            host=nodes.InaHost,
+            link=mn.link.Link,
+            autoSetMacs=False,
+            autoStaticArp=False,
+            waitConnected=False,
+        )
+        topo = self.topology
+        for name, h in topo.hosts.items():
+            sw_name, _ = topo.host_attachment(name)
+            sw = topo.switches[sw_name]
+            net.addHost(
+                name, ip=f"{h.ip}/{h.prefix_len}", mac=h.mac, agg_ip=sw.agg_ip, agg_mac=sw.agg_mac
+            )
+        extra: dict[str, Any] = (
+            {"log_level": self.options.bmv2_log_level} if self.options.switch == "bmv2" else {}
+        )
+        for i, (name, s) in enumerate(topo.switches.items()):
+            net.addSwitch(
+                name,
+                cls=switch_cls,
+                dpid=f"{i + 1:x}",
+                device_id=s.device_id,
+                log_dir=self.run.logs,
+                run_dir=self.run.build,
+                pcap_dir=self.run.pcaps if self.options.pcap else None,
+                start_timeout=self.options.start_timeout,
+                **extra,
+            )
+        for a, b, a_port, b_port, params in links:
+            cls = mn.link.TCLink if params else mn.link.Link
+            net.addLink(a, b, port1=a_port, port2=b_port, cls=cls, **params)
+        net.build()
+        net.staticArp()  # host to host, for ordinary traffic (the switches answer no ARP)
+        net.start()  # every switch started, then waited for (batchStartup)
+        self.timings["network"] = time.monotonic() - started
+        self._write_topology()
+        self.record = {
+            "switches": {
+                n: {"kind": self.options.switch, "grpc": net[n].grpc, "pid": net[n].proc.pid}
+                for n in topo.switches
+            },
+            "hosts": {h: {"shell_pid": net[h].pid} for h in topo.hosts},
+            "interfaces": sorted(self._our_ifnames),
+            "processes": [],
+        }
+        self._save_record()
+
+    def _save_record(self) -> None:
+        """build/network.json: what this scenario made (switch and host processes, root-
+        namespace interfaces, processes started on hosts), for whoever checks the cleanup."""
+        (self.run.build / "network.json").write_text(json.dumps(self.record, indent=2) + "\n")
+
+    def _write_topology(self) -> None:
+        topo = dataclasses.replace(self.topology)
+        topo.switches = {
+            name: dataclasses.replace(
+                s,
+                grpc=self.net[name].grpc,
+                program=str(self.p4_program) if self.options.switch == "bmv2" else s.program,
+            )
+            for name, s in self.topology.switches.items()
+        }
+        topo.validate()
+        topo.save(self.topology_file)
+        self.live_topology = topo
+
+    def close(self) -> None:
+        """Remove everything this scenario made (see the module's docstring). Ctrl-C and
+        SIGTERM are ignored meanwhile, so that a second one does not leave half a network."""
+        if self._closed:
+            return
+        self._closed = True
+        saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        problems: list[str] = []
+        try:
+            from inaemu.mininet.nodes import kill_group
+
+            for proc in self.procs:
+                kill_group(proc)
+            self.procs.clear()
+            for f in self._files:
+                f.close()
+            self._files.clear()
+            net = self.net
+            if net is not None:
+                for sw in net.switches:  # before Mininet's stop, which may fail half-way
+                    try:
+                        sw.stop_processes()
+                    except Exception as exc:
+                        problems.append(f"stopping {sw.name}: {exc!r}")
+                try:
+                    net.stop()
+                except Exception as exc:
+                    problems.append(f"Mininet's stop: {exc!r}")
+                    for node in (*net.hosts, *net.switches):
+                        with contextlib.suppress(Exception):
+                            node.terminate()
+            for ifname in sorted(set(self._our_ifnames) & root_interfaces()):
+                done = subprocess.run(["ip", "link", "del", ifname], capture_output=True, text=True)
+                if done.returncode and ifname in root_interfaces():
+                    problems.append(f"ip link del {ifname}: {done.stderr.strip()}")
+        finally:
+            for s, handler in saved.items():
+                signal.signal(s, handler)
+        if problems:
+            raise ScenarioError("cleanup: " + "; ".join(problems))
+
+    # ------------------------------------------------------------------ controller
+
+    def inaemu(self, *args: str) -> str:
+        """Run `inaemu ARGS` (the controller's command line) in this process; its output is
+        appended to logs/controller.log and returned. ScenarioError if it failed.
+
+        A switch may still count the previous command's connection as primary for a moment
+        after that command closed it (the stream's end reaches the switch asynchronously);
+        a command refused for that alone, before it wrote anything, is tried again for up to
+        PRIMARY_WAIT seconds."""
+        from inaemu.controller.cli import main as cli_main
+
+        deadline = time.monotonic() + PRIMARY_WAIT
+        while True:
+            out, err = io.StringIO(), io.StringIO()
+            started = time.monotonic()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = cli_main(list(args))
+            took = time.monotonic() - started
+            with (self.run.logs / "controller.log").open("a") as log:
+                log.write(f"$ inaemu {shlex.join(args)}    # {took:.2f} s, exit {rc}\n")
+                log.write(out.getvalue() + err.getvalue())
+            stale = "another controller is primary" in err.getvalue()
+            if rc == 0 or not stale or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if rc != 0:
+            raise ScenarioError(
+                f"inaemu {shlex.join(args)} failed ({rc}): {err.getvalue().strip()}"
+            )
+        return out.getvalue()
+
+    def topo_args(self) -> list[str]:
+        return ["-t", str(self.topology_file)]
+
+    def program(self) -> None:
+        """ina.p4 on every switch and IPv4 routes to every host."""
+        started = time.monotonic()
+        self.inaemu("pipeline", "push", *self.topo_args())
+        self.inaemu("routes", *self.topo_args())
+        self.timings["program"] = time.monotonic() - started
+
+    def set_loss(self, probability: float) -> None:
+        """Injected loss on every port of every switch (each switch's loss table)."""
+        for sw in self.topology.switches:
+            ports = switch_ports(self.topology, sw)
+            if ports:
+                self.inaemu(
+                    "loss",
+                    *self.topo_args(),
+                    "--switch",
+                    sw,
+                    "--ports",
+                    ",".join(map(str, ports)),
+                    "--probability",
+                    str(probability),
+                )
+
+    # ------------------------------------------------------------------ hosts
+
+    def host_ip(self, host: str) -> str:
+        return self.topology.hosts[host].ip
+
+    def agg_address(self, host: str) -> tuple[str, str]:
+        """(agg_ip, agg_mac) of the switch `host` is plugged into."""
+        sw = self.topology.switches[self.topology.host_attachment(host)[0]]
+        return sw.agg_ip, sw.agg_mac
+
+    def popen(
+        self, host: str, argv: Sequence[str], *, stdout: Path, stderr: Path
+    ) -> subprocess.Popen[bytes]:
+        """Start `argv` on Mininet host `host` (its network namespace), in a session of its
+        own, output to files; stopped by `close()` if still running."""
+        node = self.net[host]
+        out, err = stdout.open("wb"), stderr.open("wb")
+        self._files += [out, err]
+        proc: subprocess.Popen[bytes] = node.popen(
+            list(argv),
+            mncmd=["mnexec", "-a", str(node.pid)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        self.record["processes"].append({"host": host, "pid": proc.pid, "argv": list(argv)})
+        self._save_record()
+        return proc
+
+    # ------------------------------------------------------------------ measurements
+
+    def links(self) -> Iterator[tuple[Link, str, str, str, bool]]:
+        """(link, end a, end b, counted interface, whether the counted end is b)."""
+        topo = self.topology
+        for lk in topo.links:
+            sw, port = counted_end(lk)
+            a = lk.a if lk.a_port is None else f"{lk.a}:{lk.a_port}"
+            b = lk.b if lk.b_port is None else f"{lk.b}:{lk.b_port}"
+            yield lk, a, b, interface_name(sw, port), (sw, port) == (lk.b, lk.b_port)
+
+    def link_counters(self) -> list[LinkUse]:
+        """Bytes and packets each way on every link so far (kernel counters of the counted
+        interface: what it received came from the other end, what it sent went there)."""
+        uses = []
+        for _, a, b, ifname, counted_is_b in self.links():
+            rx, tx = _counter(ifname, "rx_bytes"), _counter(ifname, "tx_bytes")
+            rxp, txp = _counter(ifname, "rx_packets"), _counter(ifname, "tx_packets")
+            if counted_is_b:  # b received what a sent
+                use = LinkUse(a, b, ifname, rx, tx, rxp, txp)
+            else:
+                use = LinkUse(a, b, ifname, tx, rx, txp, rxp)
+            use.shaping = shaping(ifname)
+            uses.append(use)
+        return uses
+
+
+def link_delta(before: list[LinkUse], after: list[LinkUse]) -> list[LinkUse]:
+    return [
+        dataclasses.replace(
+            y,
+            a_to_b=y.a_to_b - x.a_to_b,
+            b_to_a=y.b_to_a - x.b_to_a,
+            a_to_b_packets=y.a_to_b_packets - x.a_to_b_packets,
+            b_to_a_packets=y.b_to_a_packets - x.b_to_a_packets,
+        )
+        for x, y in zip(before, after, strict=True)
+    ]
+
+
+def shaping(ifname: str) -> str:
+    """The rate tc enforces on `ifname` ("rate 20Mbit"), or "" if none."""
+    if shutil.which("tc") is None:
+        return ""
+    out = subprocess.run(
+        ["tc", "class", "show", "dev", ifname], capture_output=True, text=True
+    ).stdout
+    m = re.search(r"\brate (\S+)", out)
+    return f"rate {m[1]}" if m else ""
