@@ -46,6 +46,7 @@ _Host: Any = mn.node.Host
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 CAPTURE_BUFFER_KIB = 32 << 10
+CAPTURE_DRAIN = 0.5  # seconds a capture gets to catch up before it is stopped
 _READY = re.compile(r"^READY .*\bgrpc=(?P<grpc>\S+)", re.MULTILINE)
 
 
@@ -167,6 +168,9 @@ class InaSwitch(_Switch):  # type: ignore[misc]
     def log_path(self) -> Path:
         return self.log_dir / f"{self.name}.log"
 
+    def log_tail(self, lines: int = 5) -> str:
+        return " | ".join(_tail(self.log_path, lines).splitlines())
+
     def start(self, controllers: Any) -> None:
         """Launch the switch (Mininet calls this for every switch, then `batchStartup`, which
         waits for all of them at once)."""
@@ -205,7 +209,10 @@ class InaSwitch(_Switch):  # type: ignore[misc]
         return self.proc is not None and self.proc.poll() is None and self.ready()
 
     def stop_processes(self) -> None:
-        """Stop the switch and its captures (captures get SIGINT: tcpdump then flushes)."""
+        """Stop the switch and its captures (captures get SIGINT: tcpdump then flushes; first
+        a moment to read what the kernel still holds for it)."""
+        if any(h.poll() is None for h in self.helpers):
+            time.sleep(CAPTURE_DRAIN)
         for helper in self.helpers:
             kill_group(helper, signal.SIGINT)
         self.helpers.clear()
@@ -247,9 +254,12 @@ class SoftSwitchNode(InaSwitch):
         assert self.pcap_dir is not None
         # -Z root: write the file as root (tcpdump otherwise drops to its own user, which
         # may not write the run directory); -B: a 32 MiB kernel buffer, so that a busy CPU
-        # does not make the kernel drop frames before tcpdump reads them (it reports drops
-        # in its log when it stops, on SIGINT, after writing out what it has)
+        # does not make the kernel drop frames before tcpdump reads them; immediate mode:
+        # each frame is handed to tcpdump at once, not in blocks that it would only get
+        # after a timeout (a stop would lose the last block). It prints its counts when it
+        # stops (SIGINT), after writing out what it has.
         argv = ["tcpdump", "-i", ifname, "-n", "-Z", "root", "-B", str(CAPTURE_BUFFER_KIB)]
+        argv += ["--immediate-mode"]
         argv += ["-w", str(self.pcap_dir / f"{ifname}.pcap")]
         return self._spawn(argv, self.log_dir / f"tcpdump-{ifname}.log")
 

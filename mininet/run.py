@@ -296,6 +296,21 @@ def run_workers(
     return outcomes, results
 
 
+def tcpdump_missed(log: str) -> int | None:
+    """Frames tcpdump saw pass its filter but did not write, or that the kernel dropped
+    before it read them (from the counts it prints when it stops); None if it printed none."""
+    counts = {
+        what: int(n)
+        for n, what in re.findall(
+            r"^(\d+) packets? (captured|received by filter|dropped by kernel)", log, re.MULTILINE
+        )
+    }
+    if len(counts) < 3:
+        return None
+    received, captured = counts["received by filter"], counts["captured"]
+    return max(received - captured, counts["dropped by kernel"])
+
+
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
@@ -344,7 +359,14 @@ def bmv2_program(run: RunDir) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        return run_scenario(build_parser().parse_args(argv))
+    except KeyboardInterrupt:  # before the network exists, or after it is gone
+        print("inaemu mininet: interrupted", file=sys.stderr)
+        return 130
+
+
+def run_scenario(args: argparse.Namespace) -> int:
     say = print
     try:
         if args.topology is not None:
@@ -430,7 +452,13 @@ def main(argv: list[str] | None = None) -> int:
             outcomes, results = run_workers(sc, algo, spec, args.limit)
             wall = time.monotonic() - started
             links = link_delta(before, sc.link_counters())
-            stats = sc.inaemu("stats", *sc.topo_args())
+            died = [sw for sw in sc.net.switches if sw.proc is None or sw.proc.poll() is not None]
+            crashed = [f"switch {sw.name} exited during the run: {sw.log_tail()}" for sw in died]
+            try:
+                stats = sc.inaemu("stats", *sc.topo_args())
+            except ScenarioError as exc:  # e.g. a switch died: the workers' outcome still counts
+                stats = str(exc)
+                crashed.append(stats)
         say("network removed", flush=True)
     except (KeyboardInterrupt, Interrupted) as exc:
         print(f"inaemu mininet: interrupted ({exc or 'SIGINT'}); network removed", file=sys.stderr)
@@ -447,11 +475,11 @@ def main(argv: list[str] | None = None) -> int:
         for s, handler in old.items():
             signal.signal(s, handler)
 
-    problems = verify(outcomes, results, expected)
-    capture_drops = {
-        log.name.removeprefix("tcpdump-").removesuffix(".log"): int(m[1])
+    problems = crashed + verify(outcomes, results, expected)
+    capture_missed = {
+        log.name.removeprefix("tcpdump-").removesuffix(".log"): missed
         for log in sorted(run.logs.glob("tcpdump-*.log"))
-        if (m := re.search(r"(\d+) packets dropped by kernel", log.read_text()))
+        if (missed := tcpdump_missed(log.read_text())) is not None
     }
     seconds, how = completion(outcomes)
     frames = -(-args.size // K)
@@ -467,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_reports=[o.report for o in outcomes],
         timings=sc.timings,
         network=sc.record,
-        capture_drops=capture_drops,
+        capture_missed=capture_missed,
     )
     if not problems and not args.keep_results:
         for o in outcomes:
@@ -484,8 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for line in render_links(links):
         say(line)
-    if any(capture_drops.values()):
-        say(f"note: tcpdump missed frames (dropped by the kernel): {capture_drops}")
+    if any(capture_missed.values()):
+        say(f"note: tcpdump missed frames (the pcaps are incomplete): {capture_missed}")
     say("switch counters (inaemu stats):")
     for line in stats.rstrip().splitlines():
         say(f"  {line}")

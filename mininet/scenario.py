@@ -77,11 +77,28 @@ class RunDir:
     def pcaps(self) -> Path:
         return self.root / "pcaps"
 
+    # what a run writes and a later run in the same directory must not find: a summary or a
+    # network record of the last run, logs that are appended to, the controller's job state
+    STALE = (
+        "summary.json",
+        "build/network.json",
+        "build/topology.json",
+        "build/topology.json.jobs.json",
+        "logs/controller.log",
+        "logs/workers.txt",
+    )
+
     @staticmethod
     def make(root: Path, *, pcap: bool = False) -> RunDir:
+        """The directory and its folders; a previous run's files that would mislead this one
+        (`STALE`, results) are removed, nothing else."""
         run = RunDir(Path(root).absolute())
         for d in (run.build, run.logs, *([run.pcaps] if pcap else [])):
             d.mkdir(parents=True, exist_ok=True)
+        for name in RunDir.STALE:
+            (run.root / name).unlink(missing_ok=True)
+        for result in (run.build / "results").glob("*.npy"):
+            result.unlink()
         return run
 
 

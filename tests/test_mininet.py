@@ -38,7 +38,7 @@ from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet import debian
 from inaemu.mininet.algos import ALGORITHMS, Algorithm, algorithm, register
-from inaemu.mininet.run import expected_result, parse_size
+from inaemu.mininet.run import expected_result, parse_size, tcpdump_missed
 from inaemu.mininet.scenario import link_params
 from inaemu.mininet.scenario import root_interfaces as root_ifs
 from tests.netns import namespaces_missing
@@ -59,6 +59,17 @@ def test_sizes_are_elements_with_binary_suffixes() -> None:
     for bad in ("", "0", "1.5M", "-4", "4T", "M"):
         with pytest.raises(Exception, match="bad size"):
             parse_size(bad)
+
+
+def test_what_tcpdump_missed() -> None:
+    log = (
+        "tcpdump: listening on s1-eth1, link-type EN10MB (Ethernet)\n"
+        "1969 packets captured\n2048 packets received by filter\n0 packets dropped by kernel\n"
+    )
+    assert tcpdump_missed(log) == 79  # seen, never written: the pcap is short
+    assert tcpdump_missed(log.replace("1969", "2048")) == 0
+    assert tcpdump_missed(log.replace("0 packets dropped", "5 packets dropped")) == 79
+    assert tcpdump_missed("tcpdump: listening on s1-eth1\n") is None  # killed: no counts
 
 
 def test_link_options_become_tclink_parameters() -> None:
@@ -305,7 +316,7 @@ def test_star_on_the_softswitch(tmp_path: Path) -> None:
     for command in ("pipeline push", "routes", "job add", "stats"):
         assert f"$ inaemu {command} -t {run / 'build' / 'topology.json'}" in controller
     assert "READY name=s1" in (run / "logs" / "s1.log").read_text()
-    assert summary["capture_drops"] == {f"s1-eth{p}": 0 for p in range(1, 5)}
+    assert summary["capture_missed"] == {f"s1-eth{p}": 0 for p in range(1, 5)}
     for u in summary["links"]:  # every frame, both ways: a record header and the frame
         packets = u["a_to_b_packets"] + u["b_to_a_packets"]
         pcap = run / "pcaps" / f"{u['ifname']}.pcap"
@@ -394,6 +405,14 @@ def test_a_failed_run_reports_and_removes_everything(tmp_path: Path) -> None:
     assert len(summary["problems"]) == 2
     assert all("exit 1" in p and "no result for" in p for p in summary["problems"])
     assert "FAILED: 2 problem(s)" in proc.stdout
+    assert_removed(run)
+    # the same run directory again, without the loss: nothing of the last run is in the way
+    # (its job state, its summary), and this run's record is its own
+    first = json.loads((run / "build" / "network.json").read_text())
+    again = mininet(run, "-t", str(tmp_path / "two.json"), "--size", "1K")
+    summary_of(run, again)
+    assert json.loads((run / "build" / "network.json").read_text()) != first
+    assert (run / "logs" / "controller.log").read_text().count("$ inaemu job add") == 1
     assert_removed(run)
 
 
