@@ -50,6 +50,11 @@ CAPTURE_DRAIN = 0.5  # seconds a capture gets to catch up before it is stopped
 _READY = re.compile(r"^READY .*\bgrpc=(?P<grpc>\S+)", re.MULTILINE)
 
 
+# every node whose shell was started, so that a cleanup finds also one whose construction
+# was interrupted before Mininet listed it (Scenario.close terminates them and clears this)
+CREATED: list[Any] = []
+
+
 class SwitchStartError(ScenarioError):
     """A switch process did not come up; the message names it and quotes its log."""
 
@@ -133,6 +138,10 @@ class InaSwitch(_Switch):  # type: ignore[misc]
         self.proc: subprocess.Popen[bytes] | None = None
         self.helpers: list[subprocess.Popen[bytes]] = []  # tcpdumps
         self._logs: list[IO[bytes]] = []
+
+    def startShell(self, mnopts: Any = None) -> None:
+        CREATED.append(self)
+        super().startShell(mnopts)
 
     # ------------------------------------------------------------------ interfaces
 
@@ -240,6 +249,7 @@ class SoftSwitchNode(InaSwitch):
     def command(self) -> list[str]:
         argv = [sys.executable, "-m", "inaemu.softswitch", "--name", self.name]
         argv += ["--grpc", "127.0.0.1:0", "--device-id", str(self.device_id)]
+        argv += ["--seed", str(self.device_id)]  # loss injection: each switch its own draws
         for port, ifname in self.data_ports().items():
             argv += ["--iface", f"{port}={ifname}"]
         return argv
@@ -333,6 +343,7 @@ class InaHost(_Host):  # type: ignore[misc]
     def startShell(self, mnopts: Any = None) -> None:
         """Mininet's shell in a new namespace, then IPv6 off before any interface exists (the
         veths made later inherit `default`)."""
+        CREATED.append(self)
         super().startShell(mnopts)
         self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
 

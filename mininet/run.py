@@ -50,6 +50,7 @@ from inaemu.mininet import debian
 from inaemu.mininet.algos import RunSpec, algorithm, describe
 from inaemu.mininet.scenario import (
     MAX_BW,
+    CleanupError,
     LinkUse,
     NetOptions,
     RunDir,
@@ -330,8 +331,23 @@ def render_links(uses: list[LinkUse]) -> list[str]:
     return lines
 
 
+def _removed(exc: BaseException) -> str:
+    """What the cleanup did, for the message of a run that `exc` ended."""
+    notes = getattr(exc, "__notes__", [])
+    return "; ".join(notes) if notes else "network removed"
+
+
+_STOPPED: list[str] = []  # the stop signals received: a run that failed after one was stopped
+
+
 def _stop_on(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signal.Signals(signum).name)
+    """SIGINT, SIGTERM, SIGHUP: unwind (Scenario removes the network on the way). Noted too,
+    since a controller command that it interrupts reports it as its own failure."""
+    name = signal.Signals(signum).name
+    _STOPPED.append(name)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Interrupted(name)
 
 
 def default_run_dir(label: str, switch: str, algo: str) -> Path:
@@ -432,7 +448,9 @@ def run_scenario(args: argparse.Namespace) -> int:
         f"elements ({_fmt_bytes(4 * args.size)}){shaped}; run {spec.run_id}",
         flush=True,
     )
-    old = {s: signal.signal(s, _stop_on) for s in (signal.SIGTERM, signal.SIGHUP)}
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # a signal ignored from the start (e.g. SIGINT of `cmd &` in a script) stays ignored
+    old = {s: signal.signal(s, _stop_on) for s in stops if signal.getsignal(s) != signal.SIG_IGN}
     try:
         with Scenario(topo, run, options, program=program) as sc:
             switches = ", ".join(f"{n} {sc.net[n].grpc}" for n in topo.switches)
@@ -460,16 +478,21 @@ def run_scenario(args: argparse.Namespace) -> int:
                 stats = str(exc)
                 crashed.append(stats)
         say("network removed", flush=True)
-    except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"inaemu mininet: interrupted ({exc or 'SIGINT'}); network removed", file=sys.stderr)
-        return 130
-    except (ScenarioError, TopologyError, debian.MininetUnavailable, OSError) as exc:
+    except CleanupError as exc:
         print(f"inaemu mininet: {exc}", file=sys.stderr)
-        print(f"inaemu mininet: logs in {run.logs}; network removed", file=sys.stderr)
         return 2
-    except Exception:  # Mininet's own failures are plain Exceptions
-        traceback.print_exc()
-        print(f"inaemu mininet: failed; logs in {run.logs}; network removed", file=sys.stderr)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt | Interrupted) or _STOPPED:
+            why = _STOPPED[0] if _STOPPED else "SIGINT"
+            print(f"inaemu mininet: interrupted ({why}); {_removed(exc)}", file=sys.stderr)
+            return 130
+        if isinstance(exc, ScenarioError | TopologyError | debian.MininetUnavailable | OSError):
+            print(f"inaemu mininet: {exc}", file=sys.stderr)
+        elif isinstance(exc, Exception):  # Mininet's own failures are plain Exceptions
+            traceback.print_exc()
+        else:
+            raise
+        print(f"inaemu mininet: logs in {run.logs}; {_removed(exc)}", file=sys.stderr)
         return 2
     finally:
         for s, handler in old.items():

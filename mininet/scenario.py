@@ -51,11 +51,16 @@ from inaemu.controller.topology import Link, Topology, TopologyError
 IFNAMSIZ = 15  # the longest interface name Linux takes
 NETEM_OPTIONS = ("delay", "jitter", "loss", "max_queue_size")
 MAX_BW = 1000.0  # Mbit/s: Mininet's TCIntf refuses more
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # ignored while cleaning up
 PRIMARY_WAIT = 5.0  # seconds a controller command waits for the last one's stream to end
 
 
 class ScenarioError(RuntimeError):
     """The network cannot be built, started or programmed; the message says why."""
+
+
+class CleanupError(ScenarioError):
+    """Something this scenario made could not be removed; the message says what."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,14 @@ def root_interfaces() -> set[str]:
     return set(os.listdir("/sys/class/net"))
 
 
+def _alive(pid: int) -> bool:
+    """True if `pid` runs (a zombie, waiting for its parent to reap it, counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _counter(ifname: str, name: str) -> int:
     try:
         return int(Path(f"/sys/class/net/{ifname}/statistics/{name}").read_text())
@@ -232,6 +245,7 @@ class Scenario:
         self.topology_file = run.build / "topology.json"
         self.timings: dict[str, float] = {}
         self.record: dict[str, Any] = {}
+        self._finsy_log: logging.Handler | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ life cycle
@@ -239,15 +253,26 @@ class Scenario:
     def __enter__(self) -> Scenario:
         try:
             self.start()
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self._close_after(exc)
             raise
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+        else:
+            self._close_after(exc)
+
+    def _close_after(self, exc: BaseException) -> None:
+        """close() while `exc` is on its way out: what cleanup could not remove becomes a note
+        on `exc` instead of replacing it."""
+        try:
+            self.close()
+        except CleanupError as failed:
+            exc.add_note(str(failed))
 
     def _check(self) -> list[tuple[str, str, int | None, int | None, dict[str, Any]]]:
         """Everything refused before anything is made: names, options, interface clashes."""
@@ -379,19 +404,20 @@ class Scenario:
         self.live_topology = topo
 
     def close(self) -> None:
-        """Remove everything this scenario made (see the module's docstring). Ctrl-C and
-        SIGTERM are ignored meanwhile, so that a second one does not leave half a network."""
+        """Remove everything this scenario made (see the module's docstring). Ctrl-C, SIGTERM
+        and SIGHUP are ignored meanwhile, so that a second one does not leave half a network.
+        ScenarioError if something is left (the message says what); what went wrong on the
+        way but was removed all the same goes to logs/cleanup.log."""
         if self._closed:
             return
         self._closed = True
-        saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-        problems: list[str] = []
+        saved = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+        notes: list[str] = []
         try:
-            from inaemu.mininet.nodes import kill_group
+            from inaemu.mininet.nodes import CREATED, kill_group
 
             for proc in self.procs:
                 kill_group(proc)
-            self.procs.clear()
             for f in self._files:
                 f.close()
             self._files.clear()
@@ -401,23 +427,45 @@ class Scenario:
                     try:
                         sw.stop_processes()
                     except Exception as exc:
-                        problems.append(f"stopping {sw.name}: {exc!r}")
+                        notes.append(f"stopping {sw.name}: {exc!r}")
                 try:
                     net.stop()
                 except Exception as exc:
-                    problems.append(f"Mininet's stop: {exc!r}")
-                    for node in (*net.hosts, *net.switches):
-                        with contextlib.suppress(Exception):
-                            node.terminate()
+                    notes.append(f"Mininet's stop: {exc!r}")
+            # every node shell started, also one interrupted before Mininet listed its node
+            for node in CREATED:
+                if getattr(node, "shell", None) is not None:
+                    try:
+                        node.terminate()
+                    except Exception as exc:
+                        notes.append(f"terminating {node.name}: {exc!r}")
+            CREATED.clear()
             for ifname in sorted(set(self._our_ifnames) & root_interfaces()):
-                done = subprocess.run(["ip", "link", "del", ifname], capture_output=True, text=True)
-                if done.returncode and ifname in root_interfaces():
-                    problems.append(f"ip link del {ifname}: {done.stderr.strip()}")
+                subprocess.run(["ip", "link", "del", ifname], capture_output=True)
+            left = self._left_over()
         finally:
             for s, handler in saved.items():
                 signal.signal(s, handler)
-        if problems:
-            raise ScenarioError("cleanup: " + "; ".join(problems))
+        if self._finsy_log is not None:
+            logging.getLogger("finsy").removeHandler(self._finsy_log)
+            self._finsy_log.close()
+            self._finsy_log = None
+        if notes:
+            with (self.run.logs / "cleanup.log").open("a") as log:
+                log.write("".join(f"{n}\n" for n in notes))
+        if left:
+            raise CleanupError(f"cleanup left {'; '.join(left)} (see build/network.json)")
+
+    def _left_over(self) -> list[str]:
+        """What of this scenario still exists: interfaces, processes (waited for briefly)."""
+        pids = [p.pid for p in self.procs]
+        pids += [s.get("pid", 0) for s in self.record.get("switches", {}).values()]
+        pids += [h.get("shell_pid", 0) for h in self.record.get("hosts", {}).values()]
+        deadline = time.monotonic() + 5.0
+        while (alive := [p for p in pids if p and _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [f"interface {i}" for i in sorted(set(self._our_ifnames) & root_interfaces())]
+        return left + [f"process {p}" for p in alive]
 
     # ------------------------------------------------------------------ controller
 
@@ -431,6 +479,10 @@ class Scenario:
         PRIMARY_WAIT seconds."""
         from inaemu.controller.cli import main as cli_main
 
+        if self._finsy_log is None:  # finsy's own messages: into the logs, not the terminal
+            self._finsy_log = logging.FileHandler(self.run.logs / "finsy.log")
+            self._finsy_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logging.getLogger("finsy").addHandler(self._finsy_log)
         deadline = time.monotonic() + PRIMARY_WAIT
         while True:
             out, err = io.StringIO(), io.StringIO()
