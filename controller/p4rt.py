@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from inaemu.p4.constants import P4INFO_PATH
 from inaemu.p4.info import P4Info, load_p4info, p4info_diff
 
 CONNECT_TIMEOUT = 10.0
+SAME_ID_WAIT = 5.0  # seconds to wait for an earlier connection with our election id to end
 
 
 class ControllerError(RuntimeError):
@@ -93,43 +95,8 @@ class Controller:
                 )
             configs[sw.name] = self._device_config(sw)
         for sw in self.topology.switches.values():
-            options = fy.SwitchOptions(
-                p4info=self.files.p4info,
-                p4blob=configs[sw.name] if self.push_pipeline else None,
-                p4force=self.force_push,
-                device_id=sw.device_id,
-                initial_election_id=self.election_id,
-            )
-            switch = fy.Switch(sw.name, sw.grpc, options)
-            failures = _FinsyFailures()
-            logging.getLogger("finsy").addHandler(failures)
-            try:
-                await asyncio.wait_for(switch.__aenter__(), CONNECT_TIMEOUT)
-            except (TimeoutError, OSError, fy.P4ClientError, asyncio.CancelledError) as exc:
-                task = asyncio.current_task()
-                if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
-                    raise  # we are being cancelled ourselves
-                await self.close()
-                # finsy reports a failed pipeline push only in its log: recover the reason
-                cause = failures.errors[-1] if failures.errors else exc
-                hint = (
-                    "the switch refused the pipeline"
-                    if failures.errors
-                    else "is the switch running?"
-                )
-                raise ControllerError(
-                    f"cannot program switch {sw.name!r} at {sw.grpc} (device {sw.device_id}): "
-                    f"{_reason(cause)}; {hint}"
-                ) from None
-            finally:
-                logging.getLogger("finsy").removeHandler(failures)
+            switch = await self._connect_primary(sw, configs[sw.name])
             self.switches[sw.name] = switch
-            if not switch.is_primary:
-                await self.close()
-                raise ControllerError(
-                    f"switch {sw.name!r}: another controller is primary (higher election id); "
-                    f"this controller ({self.election_id}) may not write"
-                )
             if not self.push_pipeline:
                 try:
                     await self._verify_pipeline(sw, switch)
@@ -166,6 +133,62 @@ class Controller:
                 f"{self.files.p4info.name} ({len(diffs)} differences, e.g. {diffs[0][:120]}); "
                 f"nothing was changed: run `{push}` to replace it"
             )
+
+    async def _connect_primary(self, sw: Switch, config: Path | bytes) -> fy.Switch:
+        """A connection to `sw` as its primary controller. A primary with our own election id
+        is an earlier connection of this controller that the switch has not seen end yet
+        (commands run back to back): wait for it, at most SAME_ID_WAIT seconds."""
+        deadline = time.monotonic() + SAME_ID_WAIT
+        while True:
+            switch = await self._open(sw, config)
+            if switch.is_primary:
+                return switch
+            primary = switch.primary_id
+            try:
+                await switch.__aexit__(None, None, None)
+            except Exception:
+                pass
+            if primary != self.election_id or time.monotonic() > deadline:
+                await self.close()
+                held = (
+                    f"a connection with this controller's election id ({self.election_id}) "
+                    "has not ended"
+                    if primary == self.election_id
+                    else f"another controller is primary (election id {primary})"
+                )
+                raise ControllerError(f"switch {sw.name!r}: {held}; this controller may not write")
+            await asyncio.sleep(0.2)
+
+    async def _open(self, sw: Switch, config: Path | bytes) -> fy.Switch:
+        options = fy.SwitchOptions(
+            p4info=self.files.p4info,
+            p4blob=config if self.push_pipeline else None,
+            p4force=self.force_push,
+            device_id=sw.device_id,
+            initial_election_id=self.election_id,
+        )
+        switch = fy.Switch(sw.name, sw.grpc, options)
+        failures = _FinsyFailures()
+        logging.getLogger("finsy").addHandler(failures)
+        try:
+            await asyncio.wait_for(switch.__aenter__(), CONNECT_TIMEOUT)
+        except (TimeoutError, OSError, fy.P4ClientError, asyncio.CancelledError) as exc:
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
+                raise  # we are being cancelled ourselves
+            await self.close()
+            # finsy reports a failed pipeline push only in its log: recover the reason
+            cause = failures.errors[-1] if failures.errors else exc
+            hint = (
+                "the switch refused the pipeline" if failures.errors else "is the switch running?"
+            )
+            raise ControllerError(
+                f"cannot program switch {sw.name!r} at {sw.grpc} (device {sw.device_id}): "
+                f"{_reason(cause)}; {hint}"
+            ) from None
+        finally:
+            logging.getLogger("finsy").removeHandler(failures)
+        return switch
 
     def _device_config(self, sw: Switch) -> Path | bytes:
         """The switch's own `program` (bmv2 JSON) from the topology, else the default."""

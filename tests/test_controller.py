@@ -159,6 +159,37 @@ def test_non_primary_and_incompatible_pipeline(tmp_path: Path) -> None:
         run(scenario())
 
 
+def test_a_connection_waits_for_an_earlier_one_with_its_election_id() -> None:
+    """Commands run back to back: the switch may not have seen the previous connection end
+    when the next one (same election id) arrives. It waits for it instead of failing."""
+    topo = star(2)
+    with served(topo, {"s1": Pipeline()}) as topo:
+
+        async def scenario() -> None:
+            first = Controller(topo, push_pipeline=True)
+            await first.connect()
+
+            async def end_first() -> None:
+                await asyncio.sleep(0.5)
+                await first.close()
+
+            ending = asyncio.create_task(end_first())
+            async with Controller(topo) as second:
+                assert second.switches["s1"].is_primary
+                assert ending.done()  # it got in only after the first one ended
+            await ending
+            lasting = Controller(topo)
+            await lasting.connect()
+            try:
+                with pytest.raises(ControllerError, match=r"election id \(10\) has not ended"):
+                    async with Controller(topo):
+                        pass
+            finally:
+                await lasting.close()
+
+        run(scenario())
+
+
 def test_commands_check_the_pipeline_and_never_replace_it(tmp_path: Path) -> None:
     """Without push_pipeline a controller only checks: no pipeline, or another P4Info, stops
     it with what to run, and the switch keeps what it had."""
