@@ -109,6 +109,18 @@ def parse_counter_reads(out: str) -> dict[tuple[str, int], tuple[int, int]]:
     return values
 
 
+def _run_cli(thrift: int, commands: list[str], *, timeout: float) -> str:
+    """What simple_switch_CLI prints for `commands`, one per line."""
+    return subprocess.run(
+        ["simple_switch_CLI", "--thrift-port", str(thrift)],
+        input="\n".join(commands) + "\n",
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=timeout,
+    ).stdout
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,17 +202,9 @@ class Bmv2Runner:
             try:
                 self._wait_thrift(thrift, proc, errors)
                 setup = [f"set_queue_depth {QUEUE_DEPTH}", *self._cli_commands(case)]
-                cli_in = "\n".join(setup) + "\n"
-                cli = subprocess.run(
-                    ["simple_switch_CLI", "--thrift-port", str(thrift)],
-                    input=cli_in,
-                    text=True,
-                    check=True,
-                    capture_output=True,
-                    timeout=START_WAIT_S * 5,
-                )
+                said = _run_cli(thrift, setup, timeout=START_WAIT_S * 5)
                 # the CLI exits 0 even when a command fails; it says so on stdout
-                bad = [ln for ln in cli.stdout.splitlines() if re.search(r"Error|Invalid", ln)]
+                bad = [ln for ln in said.splitlines() if re.search(r"Error|Invalid", ln)]
                 if bad:
                     raise RuntimeError(f"simple_switch_CLI refused the setup: {bad[:5]}")
                 self._wait_output_settled(d, ports, len(packets), timeout)
@@ -249,15 +253,8 @@ class Bmv2Runner:
             return {}
         names = {c.counter for c in checks}
         full = {n: self._counter_name(n) for n in names}
-        cli_in = "\n".join(f"counter_read {full[c.counter]} {c.index}" for c in checks) + "\n"
-        out = subprocess.run(
-            ["simple_switch_CLI", "--thrift-port", str(thrift)],
-            input=cli_in,
-            text=True,
-            check=True,
-            capture_output=True,
-            timeout=30,
-        ).stdout
+        reads = [f"counter_read {full[c.counter]} {c.index}" for c in checks]
+        out = _run_cli(thrift, reads, timeout=30)
         values = parse_counter_reads(out)
         return {
             (c.counter, c.index): values.get((full[c.counter], c.index), (-1, -1)) for c in checks
