@@ -1,13 +1,30 @@
 """The INA allreduce client: what a training worker calls to sum an array through the switch.
 
-SwitchML's self-clocked window: at most W chunks of K lanes are outstanding; chunk i (numbered
-per run from 0, never restarting within the run, so that a (slot, set) always sees a new seq on
-a new use) goes to slot i mod W, set (i div W) mod 2, tree (i mod W) mod T, with seq = run << 16
-| (i mod 2^16); the result of chunk i releases chunk i + W. A chunk whose result does not come
-back in time is retransmitted with RETX, with an adaptive timeout and exponential backoff;
-duplicate results are ignored. A worker never waits forever: if nothing progresses for
-`give_up_after` seconds (or a chunk exhausts its retries), `InaTimeoutError` names the job and
-the chunks that are missing.
+SwitchML's slot discipline: chunk i (numbered per run from 0, never restarting within the run,
+so that a (slot, set) always sees a new seq on a new use) goes to slot i mod W, set
+(i div W) mod 2, tree (i mod W) mod T, with seq = run << 16 | (i mod 2^16), and it goes out
+only after the result of chunk i - W. W is the job's pool (`window`); every worker uses the
+same slot for the same chunk.
+
+Congestion control decides how many of those chunks are in flight (the host window of
+docs/protocol.md, section 4, is its upper bound):
+
+- `CongestionWindow`: AIMD within the pool, 1 <= cwnd <= W: slow start, then +1 chunk per
+  round trip; a loss halves it (a timeout drops it to 1 and slow start resumes), at most once
+  per window of chunks; a decrease that proves spurious is taken back. Chunks go out in order,
+  cwnd bounding those in flight.
+- `RttEstimator`: RFC 6298 timers (SRTT, RTTVAR, RTO with backoff), samples only from chunks
+  sent once (Karn's rule), gains scaled to many samples per round trip (RFC 7323).
+- Losses: a chunk is presumed lost when its timer expires, or at once when DUPTHRESH later
+  chunks of its tree were answered (fast retransmit). A timed-out chunk is a suspect: it is
+  retransmitted (with RETX) only once results have stopped for a round trip, and a result for
+  it first proves the timeout spurious (F-RTO's test): the decrease is undone, the suspects
+  are in flight again and the timer is raised past the delay. Duplicate results are ignored.
+
+A worker never waits forever: if nothing progresses for `give_up_after` seconds (or a chunk
+exhausts its retries), `InaTimeoutError` names the job and the chunks that are missing.
+`ClientStats` counts packets, retransmissions (and an estimate of the spurious ones), the
+congestion window (final, min, mean, max) and the timer (SRTT, RTTVAR, RTO).
 
 A run is one execution of the job's workers: every worker of a run passes the same `run` id
 (0..65535), and each new run (workers restarted, a job rerun from chunk 0) takes a new one, so
@@ -21,9 +38,12 @@ installations"). Launchers draw it once and hand it to every worker.
 
 from __future__ import annotations
 
+import math
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +52,9 @@ from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_
 from inaemu.hostlib.transport import Transport
 from inaemu.hostlib.wire import (
     FRAME_BYTES,
+    INA_BYTES,
+    INA_DTYPE,
+    INA_HEADER_BYTES,
     INA_VERSION,
     MAX_RUN,
     RUN_SHIFT,
@@ -45,6 +68,13 @@ from inaemu.hostlib.wire import (
 )
 
 BoolArray = npt.NDArray[np.bool_]
+
+DUPTHRESH = 3  # later chunks of a tree answered before a chunk is presumed lost
+MAX_WAIT = 0.05  # seconds the loop waits for results at most between checks
+SMALL_BATCH = 8  # batches up to this size are matched record by record, larger ones in numpy
+_HEADER = struct.Struct(">BBHBBHHI")  # the INA header (wire.INA_FIELDS_DTYPE without lanes)
+assert _HEADER.size == INA_HEADER_BYTES
+_RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
 
 
 class InaError(RuntimeError):
@@ -66,6 +96,153 @@ class InaTimeoutError(InaError, TimeoutError):
 
 
 @dataclass
+class RttEstimator:
+    """Retransmission timer of RFC 6298: SRTT and RTTVAR from RTT samples, RTO = SRTT + 4 RTTVAR
+    clamped to [min_rto, max_rto], `initial_rto` until the first sample. Samples come only from
+    chunks sent once (Karn's rule: the caller never samples a retransmitted chunk). A timeout
+    doubles the timer (`back_off`) until the next sample.
+
+    A client takes a sample from every chunk, many per round trip, where RFC 6298 assumes
+    about one: `per_rtt` (the chunks in flight) divides the gains (RFC 7323, appendix G), so
+    that SRTT and RTTVAR keep a few round trips of memory, not a few samples', and RTTVAR still
+    covers the delay spikes of the last round trips.
+
+    A copy of a chunk sent for the r-th time waits `timeout(r)`: the RTO times
+    2**max(r, backoff), at most `max_rto`.
+    """
+
+    initial_rto: float = 0.1
+    min_rto: float = 0.02
+    max_rto: float = 1.0
+    srtt: float | None = None
+    rttvar: float = 0.0
+    min_rtt: float = math.inf
+    backoff: int = 0  # exponent: doubled timers since the last sample
+    samples: int = 0
+
+    ALPHA: ClassVar[float] = 1 / 8
+    BETA: ClassVar[float] = 1 / 4
+    MAX_BACKOFF: ClassVar[int] = 30
+
+    def sample(self, rtt: float, per_rtt: int = 1) -> None:
+        rtt = max(rtt, 0.0)
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            alpha, beta = self.ALPHA / max(per_rtt, 1), self.BETA / max(per_rtt, 1)
+            self.rttvar = (1 - beta) * self.rttvar + beta * abs(self.srtt - rtt)
+            self.srtt = (1 - alpha) * self.srtt + alpha * rtt
+        self.min_rtt = min(self.min_rtt, rtt)
+        self.backoff = 0
+        self.samples += 1
+
+    def back_off(self) -> None:
+        self.backoff = min(self.backoff + 1, self.MAX_BACKOFF)
+
+    def cover(self, delay: float) -> None:
+        """A round trip of `delay` fooled the timer (a spurious timeout): raise RTTVAR so that
+        the RTO is at least 2 x delay - SRTT, above it; it decays again with later samples."""
+        if self.srtt is not None:
+            self.rttvar = max(self.rttvar, (delay - self.srtt) / 2)
+
+    @property
+    def base_rto(self) -> float:
+        """The RTO without backoff."""
+        raw = self.initial_rto if self.srtt is None else self.srtt + 4 * self.rttvar
+        return min(max(raw, self.min_rto), self.max_rto)
+
+    @property
+    def rto(self) -> float:
+        return self.timeout(0)
+
+    def timeout(self, retries: int) -> float:
+        return float(min(self.base_rto * 2.0 ** max(retries, self.backoff), self.max_rto))
+
+    def timeouts(self, retries: npt.NDArray[np.int32]) -> npt.NDArray[np.float64]:
+        """`timeout` for each entry of `retries`."""
+        exp = np.maximum(retries, self.backoff).astype(np.float64)
+        out: npt.NDArray[np.float64] = np.minimum(self.base_rto * 2.0**exp, self.max_rto)
+        return out
+
+
+@dataclass
+class CongestionWindow:
+    """AIMD congestion window over chunks (TCP Reno's rules, ATP's use of them), within the
+    job's window: 1 <= cwnd <= limit.
+
+    - Growth, per chunk completed while the window was in use: +1 below `ssthresh` (slow
+      start, doubling per round trip), else +1/cwnd (additive increase, +1 per round trip).
+    - Decrease on a presumed loss of a copy numbered `tx` (every copy a client sends, first
+      sends and retransmissions, gets the next transmission number): ssthresh = cwnd x beta
+      (at least 2), and cwnd = ssthresh after a fast retransmit, 1 after a timeout (the
+      round trip is in doubt: slow start again, to ssthresh). At most once per window of
+      chunks: only a copy sent after the last decrease (tx >= `recover`) decreases again, so
+      the losses of one round trip count once.
+    - `undo`: a decrease found spurious (the chunk presumed lost was answered from its
+      original copy) is taken back: cwnd and ssthresh as before it (RFC 4015's response).
+    - `fixed`: cwnd stays at `limit` (SwitchML's fixed window).
+    """
+
+    limit: int
+    cwnd: float
+    ssthresh: float
+    beta: float = 0.5
+    fixed: bool = False
+    recover: int = 0  # transmission number from which a loss decreases the window again
+    decreases: int = 0
+    undone: int = 0
+    before: tuple[float, float] | None = None  # (cwnd, ssthresh) before the last decrease
+
+    @classmethod
+    def start(cls, limit: int, initial: int, *, fixed: bool = False) -> CongestionWindow:
+        if limit < 1:
+            raise ValueError(f"the window must be at least 1, got {limit}")
+        cwnd = float(limit) if fixed else float(min(max(initial, 1), limit))
+        return cls(limit=limit, cwnd=cwnd, ssthresh=float(limit), fixed=fixed)
+
+    @property
+    def allowed(self) -> int:
+        """Chunks that may be in flight now."""
+        return max(1, min(self.limit, int(self.cwnd)))
+
+    def on_results(self, n: int, limited: bool = True) -> None:
+        """`n` chunks completed; `limited`: the window was in use (else it does not grow)."""
+        if self.fixed or n <= 0 or not limited:
+            return
+        cwnd = self.cwnd
+        if cwnd < self.ssthresh:
+            step = min(float(n), self.ssthresh - cwnd)
+            cwnd += step
+            n -= math.ceil(step)
+        if n > 0:
+            cwnd += n / cwnd
+        self.cwnd = min(cwnd, float(self.limit))
+
+    def on_loss(self, tx: int, next_tx: int, *, timeout: bool) -> bool:
+        """A copy numbered `tx` is presumed lost, `next_tx` is the number the next copy sent
+        will get. Returns whether the window decreased."""
+        if self.fixed or tx < self.recover:
+            return False
+        self.before = (self.cwnd, self.ssthresh)
+        self.ssthresh = min(max(self.cwnd * self.beta, 2.0), float(self.limit))
+        self.cwnd = 1.0 if timeout else min(self.ssthresh, self.cwnd)
+        self.recover = next_tx
+        self.decreases += 1
+        return True
+
+    def undo(self) -> bool:
+        """Take the last decrease back (once). Returns whether there was one to take back."""
+        if self.before is None:
+            return False
+        cwnd, ssthresh = self.before
+        self.before = None
+        self.cwnd = max(self.cwnd, cwnd)
+        self.ssthresh = max(self.ssthresh, ssthresh)
+        self.undone += 1
+        return True
+
+
+@dataclass
 class ClientStats:
     """Counters of one client over its lifetime (all operations)."""
 
@@ -79,6 +256,48 @@ class ClientStats:
     foreign_packets: int = 0  # not a result of this job's and run's recent chunks
     overflowed_chunks: int = 0
     rtt_samples: list[float] = field(default_factory=list)
+    timeouts: int = 0  # copies whose timer expired
+    fast_retransmits: int = 0  # chunks presumed lost: DUPTHRESH later chunks completed first
+    loss_events: int = 0  # decreases of the congestion window
+    undone_decreases: int = 0  # decreases taken back: the loss was not one
+    # An estimate, a lower bound: retransmissions answered after the chunk's result had come
+    # (a second result for a retransmitted chunk: the switch had the result when the
+    # retransmission arrived). One that arrived while the chunk was still incomplete (the
+    # switch drops it as DUPLICATE) is not seen here.
+    spurious_retransmissions: int = 0
+    cwnd: float = 0.0  # congestion window at the end of the last operation
+    cwnd_min: float = math.inf  # over every completed chunk
+    cwnd_max: float = 0.0
+    cwnd_sum: float = 0.0  # cwnd summed over completed chunks (cwnd_mean = cwnd_sum / results)
+    srtt: float | None = None  # seconds, at the end of the last operation
+    rttvar: float = 0.0
+    rto: float = 0.0
+    min_rtt: float = math.inf
+
+    @property
+    def cwnd_mean(self) -> float:
+        return self.cwnd_sum / self.results if self.results else self.cwnd
+
+    def summary(self) -> dict[str, float | int | None]:
+        """Counters and congestion state as JSON-ready numbers."""
+        return {
+            "packets_sent": self.packets_sent,
+            "retransmissions": self.retransmissions,
+            "duplicate_results": self.duplicate_results,
+            "spurious_retransmissions": self.spurious_retransmissions,
+            "timeouts": self.timeouts,
+            "fast_retransmits": self.fast_retransmits,
+            "loss_events": self.loss_events,
+            "undone_decreases": self.undone_decreases,
+            "cwnd_final": round(self.cwnd, 2),
+            "cwnd_min": round(self.cwnd_min, 2) if self.results else None,
+            "cwnd_max": round(self.cwnd_max, 2),
+            "cwnd_mean": round(self.cwnd_mean, 2),
+            "srtt": None if self.srtt is None else round(self.srtt, 6),
+            "rttvar": round(self.rttvar, 6),
+            "rto": round(self.rto, 6),
+            "min_rtt": None if math.isinf(self.min_rtt) else round(self.min_rtt, 6),
+        }
 
 
 class InaClient:
@@ -87,6 +306,10 @@ class InaClient:
     Every worker of a job must make the same sequence of calls with arrays of the same length
     (the chunk numbering and the codecs' phases depend on it), and use the same `run` id, a new
     one for every run of the job (see the module doc).
+
+    `window` is the job's pool (W slots); the congestion window (`cc`, at most W) decides how
+    many chunks are in flight, `initial_cwnd` at first; `congestion_control=False` keeps it
+    at W. `clock` (seconds, monotonic) is for tests.
     """
 
     def __init__(
@@ -104,6 +327,9 @@ class InaClient:
         max_retries: int = 50,
         give_up_after: float = 30.0,
         on_progress: Callable[[int], None] | None = None,
+        congestion_control: bool = True,
+        initial_cwnd: int = 4,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 1 <= window <= 0x7FFF:
             raise ValueError(f"window must be 1..32767 (at most the job's pool size), got {window}")
@@ -116,17 +342,38 @@ class InaClient:
         self.window = window
         self.n_workers = n_workers
         self.n_trees = n_trees
-        self.rto = initial_rto
-        self.min_rto, self.max_rto = min_rto, max_rto
+        self.rtt = RttEstimator(initial_rto, min_rto, max_rto)
+        self.cc = CongestionWindow.start(window, initial_cwnd, fixed=not congestion_control)
         self.max_retries = max_retries
         self.give_up_after = give_up_after
         self.on_progress = on_progress  # called with the number of chunks just completed
+        self.clock = clock
         self.run = 0  # this run's id: the top 16 bits of every seq
         self.next_chunk = 0  # chunk number within the run; never restarts (see module doc)
         self.start_run(run)
         self.stats = ClientStats()
-        self._srtt: float | None = None
-        self._rttvar = 0.0
+        self._tx = 0  # copies sent so far: the transmission number of the next one
+
+    # the timer's bounds, as attributes of the client
+    @property
+    def rto(self) -> float:
+        return self.rtt.rto
+
+    @property
+    def min_rto(self) -> float:
+        return self.rtt.min_rto
+
+    @min_rto.setter
+    def min_rto(self, value: float) -> None:
+        self.rtt.min_rto = value
+
+    @property
+    def max_rto(self) -> float:
+        return self.rtt.max_rto
+
+    @max_rto.setter
+    def max_rto(self, value: float) -> None:
+        self.rtt.max_rto = value
 
     def start_run(self, run: int) -> None:
         """Begin run `run` (0..65535): chunks are numbered from 0 again. Every worker of the
@@ -186,125 +433,393 @@ class InaClient:
         )
         result = np.empty((n_chunks, K), dtype=np.int32)
         overflow = np.zeros(n_chunks, dtype=np.bool_)
-        self._exchange(payloads, first, result, overflow)
+        try:
+            _Exchange(self, payloads, first, result, overflow).run()
+        finally:
+            self._note_state()
         mask = np.repeat(overflow, K)[:n]
         return result.reshape(-1)[:n], mask
 
-    # ------------------------------------------------------------------ the window
+    def _note_state(self) -> None:
+        st, rtt = self.stats, self.rtt
+        st.cwnd = self.cc.cwnd
+        st.srtt, st.rttvar, st.rto, st.min_rtt = rtt.srtt, rtt.rttvar, rtt.rto, rtt.min_rtt
 
-    def _exchange(
+
+class _Exchange:
+    """One operation's chunks through the window (see the module doc).
+
+    Every chunk sent and not answered is either in flight (a finite deadline) or presumed lost
+    (`lost`: waiting for its retransmission); `in_flight` counts the first kind, and the
+    congestion window bounds it. Sending, after every batch of results and losses: first the
+    presumed-lost chunks that may go (lowest first, with RETX), then new chunks in order, each
+    only after the result of the chunk W before it (SwitchML's slot rule: chunk i uses slot
+    i mod W whatever the window).
+
+    A chunk is presumed lost when its timer expires (a suspect: `timer_lost`), or, if it was
+    sent once, when DUPTHRESH later chunks of its tree were answered from their only copy
+    (`confirmed`: the switch answers a tree's chunks in the order they were sent; only a loss,
+    of this worker's or a peer's packet, reorders them). Confirmed chunks may go at once;
+    suspects once results have stopped for a round trip (`quiet`). A result for a presumed-lost
+    chunk before its retransmission went out cancels the retransmission; for a suspect it also
+    proves the timeout spurious (`spurious_timeout`). A decrease of the window is also taken
+    back when a chunk it presumed lost has its retransmission answered twice (`duplicate`).
+
+    Chunks below `base` are done, and not-done chunks are within the last W sent: the slot rule
+    holds every chunk back until the one W before is done.
+    """
+
+    def __init__(
         self,
+        client: InaClient,
         payloads: npt.NDArray[np.void],
         first: int,
         result: Int32Array,
         overflow: BoolArray,
     ) -> None:
-        n_chunks = len(payloads)
-        window = self.window
-        done = np.zeros(n_chunks, dtype=np.bool_)
-        sent_at = np.zeros(n_chunks, dtype=np.float64)
-        deadline = np.full(n_chunks, np.inf)
-        retries = np.zeros(n_chunks, dtype=np.int32)
+        self.c = client
+        self.payloads = payloads
+        self.first = first
+        self.result = result
+        self.overflow = overflow
+        n = len(payloads)
+        self.n = n
+        self.done = np.zeros(n, dtype=np.bool_)
+        self.lost = np.zeros(n, dtype=np.bool_)
+        self.sent_at = np.zeros(n, dtype=np.float64)
+        self.deadline = np.full(n, np.inf)
+        self.retries = np.zeros(n, dtype=np.int32)
+        self.tx = np.zeros(n, dtype=np.int64)  # transmission number of the latest copy
+        self.spurious = np.zeros(n, dtype=np.int32)
         # The latest chunk sent in each slot (-1: none yet). A slot carries one outstanding
         # chunk at a time (chunk i + W goes out only after the result of chunk i), so a result
         # is chunk slot_latest[slot] of this operation, or a duplicate of the one before it in
         # that slot: the 16-bit chunk counter in seq is unambiguous within a slot.
-        slot_latest = np.full(window, -1, dtype=np.int64)
-        first_slot = first % window
-        first16 = first & SEQ_CHUNK_MASK
-        remaining = n_chunks
-        last_progress = time.monotonic()
-        stats = self.stats
+        self.slot_latest = np.full(client.window, -1, dtype=np.int64)
+        # per tree, the highest chunk answered from its only copy (-1: none)
+        self.answered_once = np.full(client.n_trees, -1, dtype=np.int64)
+        self.base = 0  # every chunk below it is done
+        self.next_new = 0  # the next chunk never sent
+        self.in_flight = 0
+        self.n_lost = 0
+        self.timer_lost = np.zeros(n, dtype=np.bool_)  # presumed lost by its timer
+        self.confirmed = np.zeros(n, dtype=np.bool_)  # presumed lost, and sure enough to resend
+        self.last_result_at = client.clock()
+        # the loss event (a decrease of the window, numbered per operation) in which each
+        # chunk was last presumed lost, and the latest event not yet settled (-1: none)
+        self.lost_event = np.full(n, -1, dtype=np.int64)
+        self.events = 0
+        self.event = -1
+        self.remaining = n
+        self.last_progress = client.clock()
 
-        def send(idx: npt.NDArray[np.int64], retx: bool) -> None:
-            batch = payloads[idx]
-            if retx:
-                batch = batch.copy()
-                batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
-            else:
-                slot_latest[(first_slot + idx) % window] = idx
-            self.transport.send(batch)
-            now = time.monotonic()
-            sent_at[idx] = now
-            backoff = np.minimum(self.rto * (2.0 ** retries[idx]), self.max_rto)
-            deadline[idx] = now + backoff
-            stats.packets_sent += len(idx)
-            stats.bytes_sent += len(idx) * FRAME_BYTES
+    # ---------------------------------------------------------------- sending
 
-        send(np.arange(min(window, n_chunks)), retx=False)
-        while remaining:
-            wait = float(deadline.min()) - time.monotonic()
-            got = self.transport.recv(min(max(wait, 0.0), 0.05))
-            now = time.monotonic()
-            if len(got):
-                seqs = got["seq"].astype(np.int64)
-                slots = (got["slot"] & SLOT_INDEX_MASK).astype(np.int64)
-                latest = slot_latest[np.minimum(slots, window - 1)]
-                counter = seqs & SEQ_CHUNK_MASK
-                mine = (
-                    (got["job_id"] == self.job_id)
-                    & ((got["ver_flags"] & int(Flag.RESULT)) != 0)
-                    & ((seqs >> RUN_SHIFT) == self.run)
-                    & (slots < window)
-                )
-                current = mine & (latest >= 0) & (((first16 + latest) & SEQ_CHUNK_MASK) == counter)
-                previous = (
-                    mine
-                    & ~current
-                    & (latest >= window)
-                    & (((first16 + latest - window) & SEQ_CHUNK_MASK) == counter)
-                )
-                chunk = np.where(current, latest, np.where(previous, latest - window, -1))
-                ok = chunk >= 0
-                stats.foreign_packets += int((~ok).sum())
-                released: list[int] = []
-                released_before = remaining
-                for rec, c in zip(got[ok], chunk[ok], strict=True):
-                    i = int(c)
-                    if done[i]:
-                        stats.duplicate_results += 1
-                        continue
-                    done[i] = True
-                    remaining -= 1
-                    stats.results += 1
-                    result[i] = rec["values"]
-                    if int(rec["ver_flags"]) & int(Flag.OVERFLOW):
-                        overflow[i] = True
-                        stats.overflowed_chunks += 1
-                    if retries[i] == 0:  # Karn: time only chunks sent once
-                        self._rtt_sample(now - sent_at[i])
-                    deadline[i] = np.inf
-                    last_progress = now
-                    if i + window < n_chunks:  # result i releases chunk i + W, only it
-                        released.append(i + window)
-                if released:
-                    send(np.array(released, dtype=np.int64), retx=False)
-                if self.on_progress is not None and released_before != remaining:
-                    self.on_progress(released_before - remaining)
-            expired = np.flatnonzero(deadline <= now)
-            if len(expired):
-                if (retries[expired] >= self.max_retries).any() or (
-                    now - last_progress > self.give_up_after
-                ):
-                    missing = [int(first + i) for i in np.flatnonzero(~done)]
-                    reason = (
-                        f"no progress for {now - last_progress:.1f}s"
-                        if now - last_progress > self.give_up_after
-                        else f"a chunk was retransmitted {self.max_retries} times"
-                    )
-                    raise InaTimeoutError(self.job_id, missing, now - last_progress, reason)
-                retries[expired] += 1
-                stats.retransmissions += len(expired)
-                send(expired.astype(np.int64), retx=True)
-        stats.chunks += n_chunks
-
-    def _rtt_sample(self, rtt: float) -> None:
-        """RFC 6298 smoothed RTT; the timeout is srtt + 4 rttvar, clamped."""
-        if self._srtt is None:
-            self._srtt, self._rttvar = rtt, rtt / 2
+    def transmit(self, idx: npt.NDArray[np.int64] | slice, retx: bool) -> None:
+        """Send chunks `idx`: retransmissions (an index array) with RETX, or the next new
+        chunks (a slice)."""
+        c, st = self.c, self.c.stats
+        batch = self.payloads[idx]
+        count = len(batch)
+        if retx:
+            batch = batch.copy()
+            batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
+        c.transport.send(batch)
+        now = c.clock()
+        self.sent_at[idx] = now
+        self.tx[idx] = np.arange(c._tx, c._tx + count)
+        c._tx += count
+        if retx:
+            self.deadline[idx] = now + c.rtt.timeouts(self.retries[idx])
         else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
-            self._srtt = 0.875 * self._srtt + 0.125 * rtt
-        self.rto = min(max(self._srtt + 4 * self._rttvar, self.min_rto), self.max_rto)
-        if len(self.stats.rtt_samples) < 10_000:
-            self.stats.rtt_samples.append(rtt)
+            assert isinstance(idx, slice)
+            self.deadline[idx] = now + c.rtt.timeout(0)
+            w, start = c.window, idx.start
+            slot0 = (self.first + start) % w
+            ids = range(start, idx.stop)
+            if slot0 + count <= w:  # the slots of a run of new chunks, in order
+                self.slot_latest[slot0 : slot0 + count] = ids
+            else:
+                self.slot_latest[(slot0 + np.arange(count)) % w] = ids
+        self.in_flight += count
+        st.packets_sent += count
+        st.bytes_sent += count * FRAME_BYTES
+
+    def fill(self) -> None:
+        """Send what the congestion window allows: retransmissions first, then new chunks."""
+        room = self.c.cc.allowed - self.in_flight
+        if room <= 0:
+            return
+        if self.n_lost:
+            base, hi = self.base, self.next_new
+            ready = self.lost[base:hi]
+            if not self.quiet(self.c.clock()):  # suspects wait while results come
+                ready = ready & self.confirmed[base:hi]
+            idx = (np.flatnonzero(ready) + base)[:room]
+            if len(idx):
+                if (self.retries[idx] >= self.c.max_retries).any():
+                    self.fail(f"a chunk was retransmitted {self.c.max_retries} times")
+                self.lost[idx] = False
+                self.timer_lost[idx] = False
+                self.confirmed[idx] = False
+                self.n_lost -= len(idx)
+                self.retries[idx] += 1
+                self.c.stats.retransmissions += len(idx)
+                self.transmit(idx, retx=True)
+                room -= len(idx)
+        start = self.next_new
+        if room <= 0 or start >= self.n:
+            return
+        w = self.c.window
+        stop = min(self.n, start + room, self.base + w)  # the slot rule
+        if stop > start:
+            self.next_new = stop
+            self.transmit(slice(start, stop), retx=False)
+
+    def hold(self) -> float:
+        """How long results must stop before the timer's suspects are retransmitted."""
+        rtt = self.c.rtt
+        return rtt.srtt if rtt.srtt is not None else rtt.base_rto
+
+    def quiet(self, now: float) -> bool:
+        return now - self.last_result_at >= self.hold()
+
+    # ---------------------------------------------------------------- receiving
+
+    def match(self, got: npt.NDArray[np.void]) -> list[int]:
+        """The chunk (of this operation) each record of `got` is a result of, -1 if none: a
+        result of this job and run for the latest chunk sent in its slot, or for the one W
+        before it (a late duplicate). The counter in seq is unambiguous within a slot."""
+        c, w = self.c, self.c.window
+        first16 = self.first & SEQ_CHUNK_MASK
+        if len(got) <= SMALL_BATCH:
+            out = []
+            buf = got.tobytes()
+            latest_of = self.slot_latest
+            for off in range(0, len(buf), INA_BYTES):
+                ver_flags, _, job, _, _, slot, _, seq = _HEADER.unpack_from(buf, off)
+                index = slot & SLOT_INDEX_MASK
+                chunk = -1
+                if (
+                    job == c.job_id
+                    and ver_flags & _RESULT
+                    and seq >> RUN_SHIFT == c.run
+                    and index < w
+                ):
+                    last = int(latest_of[index])
+                    count16 = seq & SEQ_CHUNK_MASK
+                    if last >= 0 and (first16 + last) & SEQ_CHUNK_MASK == count16:
+                        chunk = last
+                    elif last >= w and (first16 + last - w) & SEQ_CHUNK_MASK == count16:
+                        chunk = last - w
+                out.append(chunk)
+            return out
+        seqs = got["seq"].astype(np.int64)
+        slots = (got["slot"] & SLOT_INDEX_MASK).astype(np.int64)
+        latest = self.slot_latest[np.minimum(slots, w - 1)]
+        counter = seqs & SEQ_CHUNK_MASK
+        mine = (
+            (got["job_id"] == c.job_id)
+            & ((got["ver_flags"] & _RESULT) != 0)
+            & ((seqs >> RUN_SHIFT) == c.run)
+            & (slots < w)
+        )
+        current = mine & (latest >= 0) & (((first16 + latest) & SEQ_CHUNK_MASK) == counter)
+        previous = (
+            mine & ~current & (latest >= w) & (((first16 + latest - w) & SEQ_CHUNK_MASK) == counter)
+        )
+        chunks: list[int] = np.where(current, latest, np.where(previous, latest - w, -1)).tolist()
+        return chunks
+
+    def take(self, got: npt.NDArray[np.void], now: float) -> None:
+        """A batch of received records: results complete their chunks."""
+        c, st = self.c, self.c.stats
+        if got.dtype != INA_DTYPE:  # e.g. concatenated: numpy makes the fields native
+            got = got.astype(INA_DTYPE)
+        chunks = self.match(got)
+        flags = got["ver_flags"].tolist()
+        values = got["values"]
+        done, deadline, lost, retries = self.done, self.deadline, self.lost, self.retries
+        per_rtt = max(self.in_flight, 1)
+        limited = 2 * self.in_flight >= c.cc.allowed
+        n_new = 0
+        spurious_timeout, undo, delay = False, False, None
+        for j, i in enumerate(chunks):
+            if i < 0:
+                st.foreign_packets += 1
+                continue
+            if done[i]:
+                st.duplicate_results += 1
+                self.duplicate(i)
+                continue
+            done[i] = True
+            n_new += 1
+            self.result[i] = values[j]
+            if flags[j] & _OVERFLOW:
+                self.overflow[i] = True
+                st.overflowed_chunks += 1
+            if deadline[i] != np.inf:
+                self.in_flight -= 1
+                deadline[i] = np.inf
+            elif lost[i]:  # answered before its retransmission went out: none goes
+                lost[i] = False
+                self.confirmed[i] = False
+                self.n_lost -= 1
+                if self.timer_lost[i]:
+                    self.timer_lost[i] = False
+                    spurious_timeout = True
+                    undo |= bool(self.event >= 0 and self.lost_event[i] == self.event)
+                    if retries[i] == 0:
+                        late = now - float(self.sent_at[i])
+                        delay = late if delay is None else max(delay, late)
+            if retries[i] == 0:  # Karn's rule: only chunks sent once are timed
+                rtt = now - float(self.sent_at[i])
+                c.rtt.sample(rtt, per_rtt)
+                if len(st.rtt_samples) < 10_000:
+                    st.rtt_samples.append(rtt)
+                tree = i % c.n_trees
+                if i > self.answered_once[tree]:
+                    self.answered_once[tree] = i
+        if not n_new:
+            return
+        self.last_result_at = now
+        if spurious_timeout:
+            self.spurious_timeout(now, delay, undo)
+        self.remaining -= n_new
+        st.results += n_new
+        base = self.base
+        while base < self.next_new and done[base]:
+            base += 1
+        self.base = base
+        c.cc.on_results(n_new, limited)
+        cwnd = c.cc.cwnd
+        st.cwnd_sum += cwnd * n_new
+        st.cwnd_min = min(st.cwnd_min, cwnd)
+        st.cwnd_max = max(st.cwnd_max, cwnd)
+        self.last_progress = now
+        if c.on_progress is not None:
+            c.on_progress(n_new)
+
+    def spurious_timeout(self, now: float, delay: float | None, undo: bool) -> None:
+        """A chunk the timer presumed lost was answered from a copy sent before its
+        retransmission (none had gone out): the timeout was spurious, a delay, not a loss
+        (F-RTO's test). `delay`: that chunk's round trip, if it was sent once. The timer is
+        made to cover the delay (RTTVAR raised: `RttEstimator.cover`) and re-armed for the
+        chunks in flight; the chunks the timer presumed lost and not yet retransmitted are in
+        flight again; with `undo` (the chunk was presumed lost in the window's last decrease),
+        the decrease is taken back."""
+        c = self.c
+        if undo:
+            self.event = -1  # this decrease is settled
+            if c.cc.undo():
+                c.stats.undone_decreases += 1
+        if delay is not None:
+            c.rtt.cover(delay)
+        lo, hi = self.base, self.next_new
+        flying = (self.deadline[lo:hi] != np.inf) & (self.retries[lo:hi] == 0)
+        if flying.any():
+            ids = np.flatnonzero(flying) + lo
+            self.deadline[ids] = np.maximum(self.deadline[ids], self.sent_at[ids] + c.rtt.rto)
+        back = np.flatnonzero(self.timer_lost[lo:hi] & ~self.confirmed[lo:hi]) + lo
+        if len(back):
+            self.lost[back] = False
+            self.timer_lost[back] = False
+            self.n_lost -= len(back)
+            self.deadline[back] = now + c.rtt.timeouts(self.retries[back])
+            self.in_flight += len(back)
+
+    def duplicate(self, i: int) -> None:
+        """A second result for chunk i: up to one per retransmission of the chunk counts as
+        spurious (the switch had the result when that retransmission arrived). If the chunk
+        was presumed lost in the window's last decrease, the decrease is taken back."""
+        if self.spurious[i] < self.retries[i]:
+            self.spurious[i] += 1
+            self.c.stats.spurious_retransmissions += 1
+            if self.event >= 0 and self.lost_event[i] == self.event:
+                self.event = -1
+                if self.c.cc.undo():
+                    self.c.stats.undone_decreases += 1
+
+    # ---------------------------------------------------------------- losses
+
+    def detect_losses(self, now: float, soonest: float) -> None:
+        """Presume lost the chunks whose timer expired (if the soonest deadline has passed):
+        suspects, resent once results stop coming for a round trip (`quiet`), unless one of
+        them is answered first; and, sure enough to resend at once (`confirmed`), the chunks
+        sent once (in flight or suspects) that DUPTHRESH later chunks of their tree overtook."""
+        c, st = self.c, self.c.stats
+        t = c.n_trees
+        lo, hi = self.base, self.next_new
+        check_fast = int(self.answered_once.max()) >= lo + DUPTHRESH * t
+        if hi <= lo or (soonest > now and not check_fast):
+            return
+        deadline = self.deadline[lo:hi]
+        flying = deadline != np.inf
+        expired = flying & (deadline <= now)
+        n_exp = int(expired.sum())
+        fast = None
+        n_fast = 0
+        if check_fast:
+            ids = np.arange(lo, hi, dtype=np.int64)
+            overtaken = (
+                (self.retries[lo:hi] == 0)
+                & ~self.confirmed[lo:hi]
+                & (ids + DUPTHRESH * t <= self.answered_once[ids % t])
+            )
+            fast = overtaken & (flying | self.lost[lo:hi])
+            self.confirmed[lo:hi] |= fast
+            fast &= flying  # newly presumed lost (the others were suspects already)
+            n_fast = int(fast.sum())
+        if not n_exp and not n_fast:
+            return
+        gone_mask = expired | fast if fast is not None else expired
+        gone = np.flatnonzero(gone_mask) + lo
+        self.deadline[gone] = np.inf
+        self.lost[gone] = True
+        self.timer_lost[lo:hi] |= expired & ~self.confirmed[lo:hi]
+        self.in_flight -= len(gone)
+        self.n_lost += len(gone)
+        st.timeouts += n_exp
+        st.fast_retransmits += n_fast
+        if c.cc.on_loss(int(self.tx[gone].max()), c._tx, timeout=n_exp > 0):
+            st.loss_events += 1
+            self.events += 1
+            self.event = self.events
+            if n_exp:
+                c.rtt.back_off()
+        if self.event >= 0:
+            self.lost_event[gone] = self.event
+
+    def fail(self, reason: str) -> NoReturn:
+        now = self.c.clock()
+        missing = [int(self.first + i) for i in np.flatnonzero(~self.done)]
+        raise InaTimeoutError(self.c.job_id, missing, now - self.last_progress, reason)
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self) -> None:
+        c = self.c
+        self.fill()
+        while self.remaining:
+            soonest = (
+                float(self.deadline[self.base : self.next_new].min()) if self.in_flight else np.inf
+            )
+            wake = soonest
+            now = c.clock()
+            if self.n_lost:  # suspects go out once results stop for a round trip
+                quiet_at = self.last_result_at + self.hold()
+                if quiet_at > now:
+                    wake = min(wake, quiet_at)
+            got = c.transport.recv(min(max(wake - now, 0.0), MAX_WAIT))
+            now = c.clock()
+            if len(got):
+                self.take(got, now)
+                if not self.remaining:
+                    break
+                if self.in_flight:
+                    soonest = float(self.deadline[self.base : self.next_new].min())
+            self.detect_losses(now, soonest)
+            if now - self.last_progress > c.give_up_after:
+                self.fail(f"no progress for {now - self.last_progress:.1f}s")
+            self.fill()
+        c.stats.chunks += self.n
