@@ -8,9 +8,14 @@ kernel's UDP stack, the way a worker on a Mininet host or a network namespace do
 It sets up what the host needs (`--switch-mac`: a permanent ARP entry for the switch's
 aggregation address, so the first packets are not lost to ARP), generates its input like the
 demo's workers (`worker_input`), runs `--repeat` allreduces, writes the last result to
-`--out` (.npy) and prints one JSON line per allreduce: rank, seconds, digest of the result and
-the client's counters. Exit status: 0 done; 1 the allreduce failed (the message names the job
-and the chunks that got no result); 2 bad arguments or host set-up.
+`--out` (.npy) and prints one JSON line per allreduce: rank, seconds, its `start` and `end`
+on the wall clock (Unix seconds), the CPU seconds it took, digest of the result and the
+client's counters (`ClientStats.summary()`: packets, retransmissions and the spurious ones
+it saw, timeouts, congestion window, SRTT and RTO). `--start-at` holds the first allreduce
+until a wall-clock time, so that workers started one by one begin together (a benchmark
+measures from there); `--fixed-window` keeps the whole window in flight (SwitchML's fixed
+window, no congestion control). Exit status: 0 done; 1 the allreduce failed (the message
+names the job and the chunks that got no result); 2 bad arguments or host set-up.
 """
 
 from __future__ import annotations
@@ -84,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--density", type=float, default=1.0)
     ap.add_argument("--codec", choices=sorted(CODECS), default="int32")
-    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--window", type=int, default=64, help="the job's pool size")
+    ap.add_argument(
+        "--fixed-window",
+        action="store_true",
+        help="keep the whole window in flight (no congestion control)",
+    )
     ap.add_argument("--trees", type=int, default=1)
     ap.add_argument(
         "--run",
@@ -94,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--repeat", type=int, default=1, help="allreduces of the same input")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds without progress")
+    ap.add_argument(
+        "--start-at",
+        type=float,
+        help="wall-clock time (Unix seconds) to begin the first allreduce at",
+    )
     ap.add_argument("--out", type=Path, help="write the last result here (.npy)")
     return ap
 
@@ -120,20 +135,25 @@ def main(argv: list[str] | None = None) -> int:
         n_trees=args.trees,
         give_up_after=args.timeout,
         run=args.run,
+        congestion_control=not args.fixed_window,
     )
     codec = make_codec(args.codec)
     try:
+        if args.start_at is not None:
+            time.sleep(max(0.0, args.start_at - time.time()))
         for _ in range(args.repeat):
-            started = time.perf_counter()
+            wall_start = time.time()
+            started, cpu = time.perf_counter(), time.process_time()
             out = client.allreduce(x, codec)
-            st = client.stats
+            seconds = time.perf_counter() - started
             line = {
                 "rank": args.rank,
-                "seconds": round(time.perf_counter() - started, 4),
+                "seconds": round(seconds, 4),
+                "start": round(wall_start, 4),
+                "end": round(wall_start + seconds, 4),
+                "cpu_seconds": round(time.process_time() - cpu, 4),
                 "digest": digest(out),
-                "packets_sent": st.packets_sent,
-                "retransmissions": st.retransmissions,
-                "duplicate_results": st.duplicate_results,
+                **client.stats.summary(),
             }
             print(json.dumps(line), flush=True)
         if args.out is not None:

@@ -10,6 +10,9 @@ switch (softswitch on AF_PACKET or simple_switch_grpc) and the controller's comm
 IPv6 is off everywhere (no router solicitations or DAD noise on the switch's ports). Removing
 a namespace removes its veths; `close()` removes every namespace this object made, and kills
 every process it started, even when the test failed.
+
+`start_softswitch(net)` and `start_bmv2(net, tmp)` run a switch on the switch's ports and wait
+until it serves P4Runtime (the end-to-end test and bench/bench_e2e.py use them).
 """
 
 from __future__ import annotations
@@ -18,13 +21,18 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from itertools import count
+from pathlib import Path
 from types import TracebackType
 
 from inaemu.controller.topology import Topology
 
 _serial = count()
+GRPC = "127.0.0.1:9559"  # inside the switch's own namespace, so never taken
+START_TIMEOUT = 30.0
 
 
 def namespaces_missing() -> str | None:
@@ -149,3 +157,44 @@ class StarNet:
         for ns in reversed(self._made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self._made.clear()
+
+
+def start_softswitch(net: StarNet, grpc: str = GRPC) -> subprocess.Popen[str]:
+    """The softswitch on AF_PACKET on every switch port of `net`, serving P4Runtime at `grpc`
+    in the switch's namespace; returns once it printed READY."""
+    argv = [sys.executable, "-m", "inaemu.softswitch", "--grpc", grpc]
+    for port in sorted(net.ports.values()):
+        argv += ["--iface", f"{port}={net.interface(port)}"]
+    proc = net.switch(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # READY ... (or EOF if it failed)
+    if not line.startswith("READY"):
+        raise RuntimeError(f"softswitch: {line}{proc.stderr.read() if proc.stderr else ''}")
+    return proc
+
+
+def start_bmv2(
+    net: StarNet, tmp: Path, grpc: str = GRPC, *, log_level: str | None = None
+) -> subprocess.Popen[str]:
+    """simple_switch_grpc (no program: `inaemu pipeline push` gives it one) on every switch
+    port of `net`, its log in `tmp`; returns once it listens on `grpc`. `log_level`: bmv2's
+    `-L` (default: bmv2's own, which logs every packet at trace level if it was built with
+    logging)."""
+    argv = ["simple_switch_grpc", "--no-p4", "--device-id", "1", "--log-file", str(tmp / "bmv2")]
+    if log_level is not None:
+        argv += ["--log-level", log_level]
+    argv += ["--notifications-addr", f"ipc://{tmp / 'bmv2-notifications.ipc'}"]
+    for port in sorted(net.ports.values()):
+        argv += ["-i", f"{port}@{net.interface(port)}"]
+    argv += ["--", "--grpc-server-addr", grpc]
+    with (tmp / "bmv2.stderr").open("w") as log:
+        proc = net.switch(argv, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_TIMEOUT
+    sport = f"sport = :{grpc.rsplit(':', 1)[1]}"
+    while net.run_in_switch(["ss", "-ltn", sport]).stdout.count("LISTEN") == 0:
+        if proc.poll() is not None:
+            raise RuntimeError(f"simple_switch_grpc: {(tmp / 'bmv2.stderr').read_text()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("simple_switch_grpc did not listen")
+        time.sleep(0.2)
+    return proc
