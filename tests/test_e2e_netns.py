@@ -14,7 +14,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,11 +24,10 @@ import pytest
 from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
 from inaemu.controller.topology import Topology, star
 from inaemu.hostlib.worker import worker_input
-from tests.netns import StarNet, namespaces_missing
+from tests.bmv2_grpc import grpc_missing
+from tests.netns import GRPC, StarNet, namespaces_missing, start_bmv2, start_softswitch
 
 N = 4
-GRPC = "127.0.0.1:9559"  # inside the switch's own namespace, so never taken
-START_TIMEOUT = 30.0
 
 NS_MISSING = namespaces_missing()
 pytestmark = pytest.mark.skipif(NS_MISSING is not None, reason=f"end to end: {NS_MISSING}")
@@ -87,47 +85,11 @@ class Network:
             assert wrong == 0, f"{name}: {wrong} of {self.size} elements wrong (run {run})"
 
 
-def _softswitch(net: StarNet) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "inaemu.softswitch", "--grpc", GRPC]
-    for port in sorted(net.ports.values()):
-        argv += ["--iface", f"{port}={net.interface(port)}"]
-    proc = net.switch(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # READY ... (or EOF if it failed)
-    assert line.startswith("READY"), (
-        f"softswitch: {line}{proc.stderr.read() if proc.stderr else ''}"
-    )
-    return proc
-
-
-def _bmv2(net: StarNet, tmp: Path) -> subprocess.Popen[str]:
-    argv = ["simple_switch_grpc", "--no-p4", "--device-id", "1", "--log-file", str(tmp / "bmv2")]
-    argv += ["--notifications-addr", f"ipc://{tmp / 'bmv2-notifications.ipc'}"]
-    for port in sorted(net.ports.values()):
-        argv += ["-i", f"{port}@{net.interface(port)}"]
-    argv += ["--", "--grpc-server-addr", GRPC]
-    log = (tmp / "bmv2.stderr").open("w")
-    proc = net.switch(argv, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_TIMEOUT
-    while (
-        net.run_in_switch(["ss", "-ltn", f"sport = :{GRPC.rsplit(':', 1)[1]}"]).stdout.count(
-            "LISTEN"
-        )
-        == 0
-    ):
-        assert proc.poll() is None, (tmp / "bmv2.stderr").read_text()
-        assert time.monotonic() < deadline, "simple_switch_grpc did not listen"
-        time.sleep(0.2)
-    return proc
-
-
 @pytest.fixture(params=["softswitch", "bmv2"])
 def network(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Network]:
     kind = request.param
     if kind == "bmv2":
-        missing = bmv2_available()
-        if missing is None and subprocess.run(["which", "simple_switch_grpc"]).returncode:
-            missing = "simple_switch_grpc not on PATH"
+        missing = grpc_missing() or bmv2_available()
         if missing is not None:
             pytest.skip(f"bmv2: {missing}")
     topo: Topology = star(N, grpc=GRPC)
@@ -138,9 +100,9 @@ def network(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Network]
     topo.save(topo_file)
     with StarNet(topo) as net:
         if kind == "softswitch":
-            _softswitch(net)
+            start_softswitch(net)
         else:
-            _bmv2(net, tmp_path)
+            start_bmv2(net, tmp_path)
         # bmv2 runs p4/ina.p4 at a few thousand packets/s here: a smaller array
         yield Network(net, topo_file, tmp_path, 100_000 if kind == "softswitch" else 20_000)
 
