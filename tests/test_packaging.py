@@ -55,7 +55,15 @@ def _run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str
 
 
 def test_only_the_inaemu_namespace_is_installed(installed: Path, tmp_path: Path) -> None:
-    for generic in ("controller", "hostlib", "softswitch", "conformance", "p4", "mininet"):
+    for generic in (
+        "controller",
+        "hostlib",
+        "softswitch",
+        "conformance",
+        "p4",
+        "mininet",
+        "collectives",
+    ):
         proc = _run(installed, "-c", f"import {generic}", cwd=tmp_path)
         assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, generic
     proc = _run(
