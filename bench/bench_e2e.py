@@ -2,7 +2,7 @@
 the 4-worker allreduce's goodput as a share of it (root).
 
     sudo .venv/bin/python bench/bench_e2e.py [--size 1000000] [--repeat 3]
-        [--switch softswitch bmv2] [--window 64] [--fixed-window] [--cap4]
+        [--switch softswitch bmv2] [--window 64] [--fixed-window] [--no-cap4]
 
 Four host namespaces on veth pairs to a switch namespace (tests/netns.py), the switch driven
 only through the controller's commands (`inaemu pipeline push`, `job add`, `job remove`,
@@ -14,9 +14,14 @@ simple_switch_grpc when bmv2 is installed (log level `--bmv2-log-level`, default
    The rate doubles from 1000/s while results keep up (>= 90 % of the offered rate), then
    grows by 15 % until two steps in a row do not. Capacity is the highest rate results came
    back at in any step (the saturation throughput); the highest offered rate that lost
-   nothing is printed too, and the CPU the switch's busiest thread spent per packet.
-   `--cap4` also measures it with paced senders in all four hosts (a four-worker job; those
-   senders' CPU competes with the switch on a small machine).
+   nothing is printed too, and the CPU the switch's busiest thread spent per packet. It is
+   measured again right before each allreduce run, and each run's ratio uses its own: on a
+   shared VM the machine's speed drifts by tens of percent within minutes.
+   It is also measured (`cap4/s`, `x ideal4`; `--no-cap4` skips it) with paced senders in all
+   four hosts: a four-worker job, the allreduce's shape (three packets in four add to a
+   slot, each result is copied to four ports, four host processes share the machine). On a
+   2-core machine bmv2 spends about twice the CPU per packet there, so this is the capacity
+   the allreduce can reach.
 2. **allreduce**: a 4-worker job (pool = `--window`), four `inaemu.hostlib.worker` processes
    (float32 of `--size` elements each, fixed-point codec: a MAX phase of block exponents, then
    a SUM), started together on the wall clock (`--start-at`), `--repeat` times with new seeds
@@ -70,7 +75,7 @@ from inaemu.hostlib.wire import (  # noqa: E402
 )
 
 N_WORKERS = 4
-CAPACITY_JOB, ALLREDUCE_JOB = 1, 2
+CAPACITY_JOB, ALLREDUCE_JOB = 1, 9  # capacity jobs: 1 + the number of hosts
 CAPACITY_POOL = 512
 STEP_SECONDS = 1.0
 LADDER_START, LADDER_FACTOR = 1000.0, 1.15
@@ -422,7 +427,7 @@ def _chunks(size: int) -> int:
 @dataclass
 class SwitchResult:
     kind: str
-    cap1: Capacity  # a one-worker job
+    cap1: list[Capacity]  # a one-worker job, measured right before each run
     cap4: Capacity | None  # a job of all N_WORKERS hosts, each offering its share
     runs: list[RunResult]
     seconds: float
@@ -457,18 +462,18 @@ def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
                 switch = start_bmv2(net, tmp, log_level=args.bmv2_log_level)
                 max_rate = 50_000.0
             inaemu(net, "pipeline", "push", "-t", str(topo_file))
-            cap1 = measure_capacity(net, topo_file, hosts[:1], max_rate, switch.pid)
             cap4 = None
             if args.cap4:
                 cap4 = measure_capacity(net, topo_file, hosts, max_rate, switch.pid)
             inaemu(net, "job", "add", "-t", str(topo_file), "--job", str(ALLREDUCE_JOB),
                    "--workers", ",".join(hosts), "--pool", str(args.window))  # fmt: skip
-            runs = []
-            counters = switch_counters(net, topo_file)
+            runs, cap1 = [], []
             for rep in range(args.repeat):
-                res, counters = run_allreduce(
-                    net, topo_file, args, rep + 1, rep + 1, counters, switch.pid
-                )
+                # Paired: the capacity right before each allreduce, so that a machine whose
+                # speed drifts (a shared VM) moves both sides of the ratio together.
+                cap1.append(measure_capacity(net, topo_file, hosts[:1], max_rate, switch.pid))
+                counters = switch_counters(net, topo_file)
+                res, _ = run_allreduce(net, topo_file, args, rep + 1, rep + 1, counters, switch.pid)
                 runs.append(res)
     return SwitchResult(kind, cap1, cap4, runs, time.monotonic() - started)
 
@@ -488,7 +493,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch", nargs="+", default=["softswitch", "bmv2"])
     ap.add_argument("--fixed-window", action="store_true", help="workers without cwnd")
     ap.add_argument(
-        "--cap4", action="store_true", help="also the capacity for paced senders in all hosts"
+        "--cap4",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the capacity for paced senders in all hosts (default on)",
     )
     ap.add_argument("--bmv2-log-level", default="off", help="simple_switch_grpc -L")
     ap.add_argument("--start-delay", type=float, default=2.5, help="seconds to start workers")
@@ -523,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {got}")
             continue
         results.append(got)
-        for name, measured in (("1 worker", got.cap1), (f"{N_WORKERS} workers", got.cap4)):
+        measured_caps = [(f"1 worker, before run {i + 1}", c) for i, c in enumerate(got.cap1)]
+        for name, measured in [*measured_caps, (f"{N_WORKERS} workers", got.cap4)]:
             if measured is not None:
                 print(
                     f"# {kind} capacity, {name}: {measured.capacity:,.0f} packets/s in (RTT "
@@ -539,8 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(" ".join(f"{name:<{w}}" if name == "switch" else f"{name:>{w}}" for name, w in cols))
     for res in results:
-        cap = res.cap1.capacity or float("nan")
-        for r in res.runs:
+        for r, cap1 in zip(res.runs, res.cap1, strict=True):
+            cap = cap1.capacity or float("nan")
             line = (
                 f"{res.kind:<10} {cap:>7,.0f} {r.seconds:>7.2f} {r.packets_sent:>7,} "
                 f"{r.seconds * cap / r.packets_sent:>7.2f} {r.needed / r.seconds / cap:>7.0%} "
@@ -554,6 +563,15 @@ def main(argv: list[str] | None = None) -> int:
                 c4 = res.cap4.capacity or float("nan")
                 line += f" {c4:>7,.0f} {r.seconds * c4 / r.packets_sent:>8.2f}"
             print(line)
+    for res in results:
+        ratios = sorted(
+            r.seconds * c.capacity / r.packets_sent for r, c in zip(res.runs, res.cap1, strict=True)
+        )
+        if ratios:
+            print(
+                f"# {res.kind}: x ideal median {float(np.median(ratios)):.2f} "
+                f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f}) over {len(ratios)} runs"
+            )
     return 0
 
 
