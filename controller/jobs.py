@@ -374,28 +374,42 @@ def next_hops(topo: Topology, home: str) -> dict[str, list[int]]:
     }
 
 
-def route_plans(topo: Topology) -> dict[str, SwitchPlan]:
-    """/32 routes to every host on every switch, for ordinary traffic: shortest paths, the
-    next hop chosen among equally short ones by the switches' positions in the topology,
-    (i + j) mod (number of choices) for the i-th switch routing to a host on the j-th. So a
+class Router:
+    """The one definition of where ordinary (non-INA) traffic goes: shortest paths, the next
+    hop chosen among equally short ones by the switches' positions in the topology, (i + j)
+    mod (number of choices) for the i-th switch forwarding towards a host on the j-th. So a
     BiGraph's traffic between two switches of one part goes through one fixed switch of the
-    other part, ((i + j) mod N/2)-th, the same both ways, and different pairs spread over
-    the part; a fat tree's and a leaf-spine's spread over the cores and spines likewise."""
-    index = {sw: i for i, sw in enumerate(topo.switches)}
+    other part, ((i + j) mod N/2)-th, the same both ways, and different pairs spread over the
+    part; a fat tree's and a leaf-spine's spread over the cores and spines likewise.
+    `route_plans` installs it; `inaemu.collectives.routes` walks it."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.index = {sw: i for i, sw in enumerate(topo.switches)}
+        self._hops: dict[str, dict[str, list[int]]] = {}
+
+    def port_towards(self, sw: str, home: str) -> int | None:
+        """The port switch `sw` sends traffic for a host on switch `home` out of (`sw` is
+        not `home`); None if `sw` cannot reach `home`."""
+        if home not in self._hops:
+            self._hops[home] = next_hops(self.topo, home)
+        ports = self._hops[home].get(sw)
+        if not ports:
+            return None
+        return ports[(self.index[sw] + self.index[home]) % len(ports)]
+
+
+def route_plans(topo: Topology) -> dict[str, SwitchPlan]:
+    """/32 routes to every host on every switch, for ordinary traffic, along `Router`'s
+    paths."""
+    router = Router(topo)
     plans = {sw: SwitchPlan() for sw in topo.switches}
-    hops: dict[str, dict[str, list[int]]] = {}
     for host in topo.hosts.values():
         home, port = topo.host_attachment(host.name)
         mac = int.from_bytes(mac_bytes(host.mac), "big")
-        if home not in hops:
-            hops[home] = next_hops(topo, home)
         for sw in topo.switches:
-            if sw == home:
-                out = port
-            elif sw in hops[home]:
-                ports = hops[home][sw]
-                out = ports[(index[sw] + index[home]) % len(ports)]
-            else:
+            out = port if sw == home else router.port_towards(sw, home)
+            if out is None:
                 continue  # unreachable: no route
             plans[sw].tables.append(
                 TableWrite(ROUTE_TABLE, (ip_int(host.ip), 32), "ipv4_forward", (mac, out))

@@ -1,0 +1,63 @@
+"""The ring allreduce (as in INCEPTIONN, MICRO'18, and Baidu's ring): n ranks in a ring, the
+array in n chunks. Reduce-scatter: in step s (0..n-2) rank r adds chunk (r - s) mod n into rank
+r + 1's, so after n - 1 steps rank r holds the whole sum of chunk (r + 1) mod n. All-gather:
+in step s rank r copies chunk (r + 1 - s) mod n to rank r + 1. 2(n - 1) steps; every rank
+sends 2(n - 1)/n of the array, one chunk per step, always to the same neighbour.
+
+The default order follows the topology: hosts as listed (switch by switch), except in a
+torus or mesh, where the ring snakes along the rows (row 1 left to right, row 2 right to
+left, ...), so that consecutive ranks are neighbours.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from inaemu.collectives.routes import DIRECT_ROLES, host_order, worker_hosts
+from inaemu.collectives.schedule import Op, Schedule, Step, Transfer
+from inaemu.controller.topology import Topology
+
+_GRID_NAME = re.compile(r"^s(\d+)_(\d+)$")
+
+
+def ring_steps(n: int) -> tuple[Step, ...]:
+    """The ring's steps for n ranks and n chunks (none for one rank)."""
+    if n < 2:
+        return ()
+    scatter = tuple(
+        tuple(Transfer(r, (r + 1) % n, (r - s) % n, (r - s) % n + 1, Op.REDUCE) for r in range(n))
+        for s in range(n - 1)
+    )
+    gather = tuple(
+        tuple(
+            Transfer(r, (r + 1) % n, (r + 1 - s) % n, (r + 1 - s) % n + 1, Op.COPY)
+            for r in range(n)
+        )
+        for s in range(n - 1)
+    )
+    return scatter + gather
+
+
+def snake_order(topo: Topology) -> list[str] | None:
+    """A torus's or mesh's hosts row by row, every other row reversed; None if the topology
+    is not one (its switches are not all named s<row>_<col> with role torus or mesh)."""
+    cells: dict[tuple[int, int], str] = {}
+    for host in topo.hosts:
+        sw = topo.host_attachment(host)[0]
+        m = _GRID_NAME.match(sw)
+        if m is None or topo.switches[sw].role not in DIRECT_ROLES:
+            return None
+        cells[(int(m[1]), int(m[2]))] = host
+    order = []
+    for i, row in enumerate(sorted({r for r, _ in cells})):
+        cols = sorted(c for r, c in cells if r == row)
+        order += [cells[(row, c)] for c in (cols if i % 2 == 0 else reversed(cols))]
+    return order
+
+
+def schedule(topo: Topology, hosts: Sequence[str] | None = None) -> Schedule:
+    """The ring over `hosts` (rank order; default: see the module's docstring)."""
+    order = worker_hosts(topo, hosts, snake_order(topo) or host_order(topo))
+    n = len(order)
+    return Schedule("ring", order, n, ring_steps(n)).validate()
