@@ -1,4 +1,6 @@
-"""Writes the conformance cases (conformance/cases/*.stf) from readable descriptions.
+"""Writes the conformance cases (conformance/cases/*.stf and *.mstf) from readable descriptions.
+
+The multi-switch cases (*.mstf) are described in network_cases.py, with this module's helpers.
 
 The .stf files are the cases: data that p4c's bmv2 STF runner and our targets both read.
 This script only saves typing hex. Every expected packet is computed here from first
@@ -941,10 +943,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only check the files are current")
     args = ap.parse_args()
+    # imported here: the multi-switch cases are built with this module's helpers
+    from inaemu.conformance.network_cases import NETWORK_CASES
+
+    written = [(f"{c.name}.stf", c.text()) for c in CASES]
+    written += [(c.filename, c.text()) for c in NETWORK_CASES]
     stale = []
-    for case in CASES:
-        path = HERE / f"{case.name}.stf"
-        text = case.text()
+    for name, text in written:
+        path = HERE / name
         if args.check:
             if not path.exists() or path.read_text() != text:
                 stale.append(path.name)

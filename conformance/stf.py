@@ -18,6 +18,29 @@ Values are decimal or 0x-hex; an LPM key is full-width hex with '*' nibbles past
 packet. Packets emitted on a port are matched against that port's expectations in order, and
 a packet on a port with no expectation left fails the case. p4c's bmv2 runner ignores
 `check_counter`; our targets check it.
+
+Multi-switch cases (`.mstf` files, so that p4c's runner never sees them) describe several
+switches joined by links, in the same words:
+
+    switch <name>                                  (starts that switch's section)
+    add ... | setdefault ... | mc_...              (table and multicast commands, as above,
+                                                    for the switch of the section)
+    link <switch>:<port> <switch>:<port>           (a cable between two switch ports)
+    packet <switch>:<port> <hex bytes>             (a host sends into a host port)
+    expect <switch>:<port> <hex bytes> [$]         (a host receives from a host port)
+    lose <switch>:<port>                           (the next frame the switch sends out of
+                                                    this linked port is lost on the cable)
+    check_counter <switch> <counter>(<index>) packets|bytes == <n>
+
+Every switch is set up before the first packet (table and multicast commands come before it).
+A port is either linked (switch to switch) or a host port; `packet` and `expect` name host
+ports, `lose` a linked one. The runner is the cables: each `packet` runs until the network is
+quiet (every frame a switch sends out of a linked port is delivered into the peer's port, the
+frames out of host ports are collected), then the next command runs. So a case's packets are
+hosts' sends one at a time, as in a single-switch case; `lose` is a frame lost on a cable
+between switches (the sender counts it in port_tx, the peer never sees it), and a `lose` that
+no frame used fails the case. Frames out of host ports are matched against that port's
+expectations in order, as above.
 """
 
 from __future__ import annotations
@@ -122,7 +145,7 @@ class StfCase:
     commands: list[Command] = field(default_factory=list)
 
 
-def _int(text: str, where: tuple[str, int]) -> int:
+def parse_int(text: str, where: tuple[str, int]) -> int:
     try:
         return int(text, 0)
     except ValueError:
@@ -145,7 +168,7 @@ def _key(text: str, where: tuple[str, int]) -> Key:
         plen = 4 * len(stripped)
         full = int((stripped or "0") + "0" * (len(digits) - len(stripped)), 16)
         return Key(name, full, plen)
-    return Key(name, _int(value, where))
+    return Key(name, parse_int(value, where))
 
 
 _ACTION = re.compile(r"^([\w.]+)\((.*)\)$")
@@ -160,70 +183,104 @@ def _action(text: str, where: tuple[str, int]) -> tuple[str, tuple[tuple[str, in
         pname, sep, pval = part.partition(":")
         if not sep:
             raise StfError(*where, f"action parameter must be name:value, got {part!r}")
-        params.append((pname.strip(), _int(pval.strip(), where)))
+        params.append((pname.strip(), parse_int(pval.strip(), where)))
     return m.group(1), tuple(params)
+
+
+def parse_packet(port: int, words: list[str], where: tuple[str, int]) -> Packet:
+    try:
+        return Packet(port, bytes.fromhex("".join(words)))
+    except ValueError:
+        raise StfError(*where, "packet data must be hex") from None
+
+
+def parse_expect(port: int, words: list[str], where: tuple[str, int]) -> Expect:
+    exact = bool(words) and words[-1] == "$"
+    body = "".join(words[:-1] if exact else words).lower()
+    if exact and body.endswith("$"):
+        body = body[:-1]
+    if not re.fullmatch(r"[0-9a-f*]*", body):
+        raise StfError(*where, "expect data must be hex nibbles or '*'")
+    return Expect(port, body, exact)
+
+
+def parse_check_counter(words: list[str], where: tuple[str, int]) -> CheckCounter:
+    m = re.fullmatch(r"([\w.]+)\((\w+)\)\s+(packets|bytes)\s*==\s*(\w+)", " ".join(words))
+    if m is None:
+        raise StfError(*where, "check_counter <counter>(<index>) packets|bytes == <n>")
+    return CheckCounter(
+        m.group(1), parse_int(m.group(2), where), m.group(3), parse_int(m.group(4), where)
+    )
+
+
+NETWORK_COMMANDS = ("switch", "link", "lose")  # multi-switch cases only (network.py)
+SETUP_COMMANDS = ("add", "setdefault", "mc_mgrp_create", "mc_node_create", "mc_node_associate")
+
+
+def parse_setup(cmd: str, args: list[str], where: tuple[str, int]) -> Command:
+    """A table or multicast command (one of SETUP_COMMANDS)."""
+    if cmd == "add":
+        # the action is the last word that contains '(' ... ')' (no spaces inside)
+        joined = " ".join(args)
+        head, paren, tail = joined.partition("(")
+        if not paren:
+            raise StfError(*where, "add needs an action call")
+        head_words = head.split()
+        if len(head_words) < 2:
+            raise StfError(*where, "add needs a table, keys and an action")
+        action_text = head_words[-1] + "(" + tail.replace(" ", "")
+        action, params = _action(action_text, where)
+        keys = tuple(_key(k, where) for k in head_words[1:-1])
+        return AddEntry(head_words[0], keys, action, params)
+    if cmd == "setdefault":
+        if len(args) < 2:
+            raise StfError(*where, "setdefault needs a table and an action")
+        action, params = _action("".join(args[1:]), where)
+        return SetDefault(args[0], action, params)
+    if cmd == "mc_mgrp_create":
+        if len(args) != 1:
+            raise StfError(*where, "mc_mgrp_create needs a group id")
+        return McGroupCreate(parse_int(args[0], where))
+    if cmd == "mc_node_create":
+        if len(args) < 2:
+            raise StfError(*where, "mc_node_create needs a rid and ports")
+        return McNodeCreate(parse_int(args[0], where), tuple(parse_int(a, where) for a in args[1:]))
+    if len(args) != 2:
+        raise StfError(*where, "mc_node_associate needs a group id and a node handle")
+    return McNodeAssociate(parse_int(args[0], where), parse_int(args[1], where))
+
+
+def stf_lines(text: str, name: str) -> list[tuple[tuple[str, int], str, list[str]]]:
+    """(where, command, arguments) of every line that is not blank or a comment."""
+    out = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        if words:
+            out.append(((name, lineno), words[0], words[1:]))
+    return out
+
+
+def _needs_args(cmd: str, args: list[str], where: tuple[str, int]) -> None:
+    if not args:
+        raise StfError(*where, f"{cmd} needs arguments")
 
 
 def parse_stf(text: str, name: str = "<stf>") -> StfCase:
     case = StfCase(name)
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        where = (name, lineno)
-        words = line.split()
-        cmd, args = words[0], words[1:]
-        if cmd == "add":
-            # the action is the last word that contains '(' ... ')' (no spaces inside)
-            joined = " ".join(args)
-            head, paren, tail = joined.partition("(")
-            if not paren:
-                raise StfError(*where, "add needs an action call")
-            head_words = head.split()
-            if len(head_words) < 2:
-                raise StfError(*where, "add needs a table, keys and an action")
-            action_text = head_words[-1] + "(" + tail.replace(" ", "")
-            action, params = _action(action_text, where)
-            table = head_words[0]
-            keys = tuple(_key(k, where) for k in head_words[1:-1])
-            case.commands.append(AddEntry(table, keys, action, params))
-        elif cmd == "setdefault":
-            if len(args) < 2:
-                raise StfError(*where, "setdefault needs a table and an action")
-            action, params = _action("".join(args[1:]), where)
-            case.commands.append(SetDefault(args[0], action, params))
-        elif cmd == "mc_mgrp_create":
-            case.commands.append(McGroupCreate(_int(args[0], where)))
-        elif cmd == "mc_node_create":
-            if len(args) < 2:
-                raise StfError(*where, "mc_node_create needs a rid and ports")
-            ports = tuple(_int(a, where) for a in args[1:])
-            case.commands.append(McNodeCreate(_int(args[0], where), ports))
-        elif cmd == "mc_node_associate":
-            case.commands.append(McNodeAssociate(_int(args[0], where), _int(args[1], where)))
+    for where, cmd, args in stf_lines(text, name):
+        if cmd in SETUP_COMMANDS:
+            case.commands.append(parse_setup(cmd, args, where))
         elif cmd == "packet":
-            data = "".join(args[1:])
-            try:
-                payload = bytes.fromhex(data)
-            except ValueError:
-                raise StfError(*where, "packet data must be hex") from None
-            case.commands.append(Packet(_int(args[0], where), payload))
+            _needs_args(cmd, args, where)
+            case.commands.append(parse_packet(parse_int(args[0], where), args[1:], where))
         elif cmd == "expect":
-            exact = bool(args) and args[-1] == "$"
-            body = "".join(args[1:-1] if exact else args[1:]).lower()
-            if exact and body.endswith("$"):
-                body = body[:-1]
-            if not re.fullmatch(r"[0-9a-f*]*", body):
-                raise StfError(*where, "expect data must be hex nibbles or '*'")
-            case.commands.append(Expect(_int(args[0], where), body, exact))
+            _needs_args(cmd, args, where)
+            case.commands.append(parse_expect(parse_int(args[0], where), args[1:], where))
         elif cmd == "check_counter":
-            m = re.fullmatch(r"([\w.]+)\((\w+)\)\s+(packets|bytes)\s*==\s*(\w+)", " ".join(args))
-            if m is None:
-                raise StfError(*where, "check_counter <counter>(<index>) packets|bytes == <n>")
-            case.commands.append(
-                CheckCounter(
-                    m.group(1), _int(m.group(2), where), m.group(3), _int(m.group(4), where)
-                )
+            case.commands.append(parse_check_counter(args, where))
+        elif cmd in NETWORK_COMMANDS:
+            raise StfError(
+                *where, f"{cmd!r} is a multi-switch command: the case belongs in a .mstf file"
             )
         else:
             raise StfError(*where, f"unknown STF command {cmd!r}")
@@ -289,11 +346,8 @@ class CaseResult:
         return not self.failures
 
 
-def run_case(case: StfCase, target: Target) -> CaseResult:
-    """Run every command against a synchronous target, then compare (see `compare`)."""
-    emitted: dict[int, list[bytes]] = {}
-    counters: dict[tuple[str, int], tuple[int, int]] = {}
-    packets_in = 0
+def run_setup(case: StfCase, target: Target) -> None:
+    """The case's table and multicast commands, in order; packets and checks are left out."""
     for cmd in case.commands:
         if isinstance(cmd, AddEntry):
             target.add_entry(cmd)
@@ -305,6 +359,16 @@ def run_case(case: StfCase, target: Target) -> CaseResult:
             target.mc_node_create(cmd.rid, cmd.ports)
         elif isinstance(cmd, McNodeAssociate):
             target.mc_node_associate(cmd.mgid, cmd.handle)
+
+
+def run_case(case: StfCase, target: Target) -> CaseResult:
+    """Run every command against a synchronous target, then compare (see `compare`)."""
+    emitted: dict[int, list[bytes]] = {}
+    counters: dict[tuple[str, int], tuple[int, int]] = {}
+    packets_in = 0
+    for cmd in case.commands:
+        if isinstance(cmd, AddEntry | SetDefault | McGroupCreate | McNodeCreate | McNodeAssociate):
+            run_setup(StfCase(case.name, [cmd]), target)
         elif isinstance(cmd, Packet):
             packets_in += 1
             for port, data in target.send(cmd.port, cmd.data):
@@ -339,18 +403,25 @@ def compare(
                     f"expected {cmd.value}, got {got}"
                 )
     for port in sorted(set(expected) | set(emitted)):
-        exp, out = expected.get(port, []), emitted.get(port, [])
-        for i, data in enumerate(out):
-            if i >= len(exp):
-                failures.append(f"port {port}: unexpected packet #{i}: {data.hex()}")
-            elif not exp[i].matches(data):
-                failures.append(
-                    f"port {port}: packet #{i} differs\n  expected {exp[i].pattern}\n"
-                    f"  got      {data.hex()}"
-                )
-        missing = range(len(out), len(exp))
-        for i in missing[:MISSING_LISTED]:
-            failures.append(f"port {port}: expected packet #{i} never came: {exp[i].pattern}")
-        if len(missing) > MISSING_LISTED:
-            failures.append(f"port {port}: ... and {len(missing) - MISSING_LISTED} more never came")
+        failures += match_port(f"port {port}", expected.get(port, []), emitted.get(port, []))
     return CaseResult(failures, packets_in, sum(len(v) for v in emitted.values()))
+
+
+def match_port(label: str, exp: Sequence[Expect], out: Sequence[bytes]) -> list[str]:
+    """What is wrong with the packets `out` of one port against its expectations `exp`, in
+    order: a packet that differs, one more than expected, expected ones that never came."""
+    failures: list[str] = []
+    for i, data in enumerate(out):
+        if i >= len(exp):
+            failures.append(f"{label}: unexpected packet #{i}: {data.hex()}")
+        elif not exp[i].matches(data):
+            failures.append(
+                f"{label}: packet #{i} differs\n"
+                f"  expected {exp[i].pattern}\n  got      {data.hex()}"
+            )
+    missing = range(len(out), len(exp))
+    for i in missing[:MISSING_LISTED]:
+        failures.append(f"{label}: expected packet #{i} never came: {exp[i].pattern}")
+    if len(missing) > MISSING_LISTED:
+        failures.append(f"{label}: ... and {len(missing) - MISSING_LISTED} more never came")
+    return failures
