@@ -15,6 +15,14 @@ address; nothing waits forever.
 
 from __future__ import annotations
 
+import hashlib
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from queue import SimpleQueue
 from typing import Protocol
 
 Message = bytes | bytearray | memoryview
@@ -65,3 +73,601 @@ class PeerChannel(Protocol):
     def bytes_sent(self) -> list[int]: ...
 
     def bytes_received(self) -> list[int]: ...
+
+
+# ---------------------------------------------------------------------------- addresses
+
+Address = tuple[str, int]
+
+
+def parse_address(text: str) -> Address:
+    """ "host:port" or "[v6]:port" -> (host, port); ValueError saying what is wrong."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"peer address {text!r}: expected host:port (port 0..65535)")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def parse_peers(text: str) -> list[Address]:
+    """ "ip:port,ip:port,..." (rank order) -> addresses; ValueError on a bad or repeated one."""
+    addrs = [parse_address(a) for a in text.split(",") if a.strip()]
+    if not addrs:
+        raise ValueError("no peer addresses: expected ip:port,ip:port,... in rank order")
+    if len(set(addrs)) != len(addrs):
+        raise ValueError(f"peer addresses repeat: {text!r}")
+    return addrs
+
+
+def format_address(addr: Address) -> str:
+    host, port = addr
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# ---------------------------------------------------------------------------- in memory
+
+
+class MemoryMesh:
+    """`n_ranks` channels connected in memory, for ranks that are threads of one process:
+    `MemoryMesh(4).channels[r]` is rank r's. A closed rank's peers get `PeerError` once its
+    messages are taken."""
+
+    def __init__(self, n_ranks: int) -> None:
+        if n_ranks < 1:
+            raise ValueError(f"a mesh needs at least one rank, got {n_ranks}")
+        self.cond = threading.Condition()
+        self.boxes = [[deque[bytes]() for _ in range(n_ranks)] for _ in range(n_ranks)]
+        self.closed = [False] * n_ranks
+        self.channels = [MemoryChannel(self, r) for r in range(n_ranks)]
+
+
+class MemoryChannel:
+    """Rank `rank`'s end of a `MemoryMesh` (a `PeerChannel`)."""
+
+    def __init__(self, mesh: MemoryMesh, rank: int) -> None:
+        self.mesh = mesh
+        self._rank = rank
+        self._sent = [0] * len(mesh.closed)
+        self._received = [0] * len(mesh.closed)
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.mesh.closed)
+
+    def who(self, rank: int) -> str:
+        return f"rank {rank} (in memory)"
+
+    def _check(self, peer: int) -> None:
+        if not (0 <= peer < self.n_ranks and peer != self._rank):
+            raise PeerError(f"rank {self._rank}: no peer rank {peer} (0..{self.n_ranks - 1})")
+
+    def send(self, dst: int, data: Message) -> None:
+        self._check(dst)
+        with self.mesh.cond:
+            if self.mesh.closed[self._rank]:
+                raise PeerError(f"rank {self._rank}: send on a closed channel")
+            if self.mesh.closed[dst]:
+                raise PeerError(f"{self.who(dst)} has closed", rank=dst, address="memory")
+            self.mesh.boxes[self._rank][dst].append(bytes(data))
+            self._sent[dst] += len(data)
+            self.mesh.cond.notify_all()
+
+    def recv(self, src: int, timeout: float) -> bytes:
+        self._check(src)
+        deadline = time.monotonic() + timeout
+        box = self.mesh.boxes[src][self._rank]
+        with self.mesh.cond:
+            while not box:
+                if self.mesh.closed[src]:
+                    raise PeerError(
+                        f"{self.who(src)} closed with no message left for rank {self._rank}",
+                        rank=src,
+                        address="memory",
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerError(
+                        f"{self.who(src)}: no message within {timeout:g} s (stalled?)",
+                        rank=src,
+                        address="memory",
+                    )
+                self.mesh.cond.wait(left)
+            msg = box.popleft()
+        self._received[src] += len(msg)
+        return msg
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Messages are delivered when sent."""
+
+    def close(self) -> None:
+        with self.mesh.cond:
+            self.mesh.closed[self._rank] = True
+            self.mesh.cond.notify_all()
+
+    def bytes_sent(self) -> list[int]:
+        return list(self._sent)
+
+    def bytes_received(self) -> list[int]:
+        return list(self._received)
+
+
+# ---------------------------------------------------------------------------- TCP mesh
+
+HELLO_MAGIC = b"INACOLL1"
+# magic, sender's rank, receiver's rank, rank count, sha256 of the job token
+_HELLO = struct.Struct("<8sIII32s")
+# every frame after the hello: kind, body bytes
+_FRAME = struct.Struct("<BQ")
+DATA, BYE, ABORT = 0, 1, 2  # frame kinds: a message; "I am done"; "rank r failed: why"
+_ABORT = struct.Struct("<i")  # the failed rank (-1: none), then the reason in UTF-8
+MAX_MESSAGE = 1 << 34  # a longer frame is garbage, not a message
+HELLO_WAIT = 5.0  # seconds an accepted connection has to say hello
+ABORT_GRACE = 0.5  # seconds a timed-out recv waits for another rank's failure report
+LINGER = 2.0  # seconds close() waits for the peers' goodbyes
+SEND_PIECE = 1 << 20
+SMALL = 1 << 16  # frames up to this size go out in one send with their header
+
+
+class _Stop(Exception):
+    """The channel is closing: a receiver thread ends."""
+
+
+class TcpPeers:
+    """A full mesh of TCP connections between `len(addresses)` ranks (a `PeerChannel`).
+
+    Rank r listens on `addresses[r]` (or on `listener`, a listening socket its launcher bound
+    beforehand, e.g. to port 0), connects to every lower rank and accepts every higher one.
+    Each side sends a hello naming both ranks, the rank count and a digest of `token` (the
+    job/run token, the same on every rank): a connection whose hello does not match is closed,
+    so a stray client or a rank of another job never joins. The constructor returns once the
+    mesh is complete, or raises `PeerError` naming the first rank missing after `timeout`.
+
+    Per peer, a sender thread writes queued messages (length-prefixed frames, TCP_NODELAY) and
+    a receiver thread reads frames into an inbox whatever the executor is doing: sending and
+    receiving never wait on each other. Every wait is bounded by `timeout`: a `recv` with no
+    message, or a send that makes no progress. The first failure (a peer that vanished: its
+    connection closed without a goodbye; a stall; garbage) is reported to every other rank
+    (an ABORT frame), so that all ranks fail at once naming the same culprit. A clean `close`
+    sends a goodbye (BYE) to every peer.
+
+    Counters: `bytes_sent()` / `bytes_received()` count messages; `wire_sent` /
+    `wire_received` count every frame's bytes (headers included) per rank.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        addresses: Sequence[Address],
+        *,
+        token: str | bytes,
+        timeout: float = 30.0,
+        listener: socket.socket | None = None,
+    ) -> None:
+        n = len(addresses)
+        if not 0 <= rank < n:
+            raise ValueError(f"rank {rank} out of 0..{n - 1} ({n} peer addresses)")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self._rank, self._n = rank, n
+        self.addresses = list(addresses)
+        self.timeout = timeout
+        raw = token.encode() if isinstance(token, str) else token
+        self._token = hashlib.sha256(raw).digest()
+        self._cond = threading.Condition(threading.RLock())
+        self._inbox = [deque[bytearray]() for _ in range(n)]
+        self._outbox = [SimpleQueue[tuple[int, Message] | None]() for _ in range(n)]
+        self._pending = [0] * n  # messages queued and not yet written
+        self._finished = [False] * n  # said goodbye
+        self._sent, self._received = [0] * n, [0] * n
+        self.wire_sent, self.wire_received = [0] * n, [0] * n
+        self._failure: PeerError | None = None
+        self._closing = False
+        self._closed = False
+        self._socks: list[socket.socket | None] = [None] * n
+        self._threads: list[threading.Thread] = []
+        self._senders: list[threading.Thread] = []
+        try:
+            self._connect_mesh(listener, time.monotonic() + timeout)
+        except BaseException:
+            for s in self._socks:
+                if s is not None:
+                    s.close()
+            raise
+        for peer, sock in enumerate(self._socks):
+            if sock is None:
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(timeout)
+            for target, role in ((self._send_loop, "send"), (self._recv_loop, "recv")):
+                t = threading.Thread(
+                    target=target, args=(peer, sock), name=f"peers-{rank}-{role}-{peer}"
+                )
+                t.daemon = True
+                t.start()
+                self._threads.append(t)
+                if role == "send":
+                    self._senders.append(t)
+
+    # ------------------------------------------------------------------ PeerChannel
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def n_ranks(self) -> int:
+        return self._n
+
+    def who(self, rank: int) -> str:
+        if 0 <= rank < self._n:
+            return f"rank {rank} ({format_address(self.addresses[rank])})"
+        return f"rank {rank}"
+
+    def send(self, dst: int, data: Message) -> None:
+        self._check(dst)
+        with self._cond:
+            if self._failure is not None:
+                raise self._failure
+            if self._closing:
+                raise PeerError(f"rank {self._rank}: send on a closed channel")
+            self._pending[dst] += 1
+        self._outbox[dst].put((DATA, data))
+
+    def recv(self, src: int, timeout: float) -> bytearray:
+        self._check(src)
+        start = time.monotonic()
+        deadline = start + timeout
+        inbox = self._inbox[src]
+        with self._cond:
+            while True:
+                if self._failure is not None:
+                    raise self._failure
+                if inbox:
+                    return self._take(src)
+                if self._finished[src]:
+                    raise self._fail(
+                        PeerError(
+                            f"{self.who(src)} finished and closed with no message left for "
+                            f"rank {self._rank}: do all ranks run the same schedule and calls?",
+                            rank=src,
+                            address=format_address(self.addresses[src]),
+                        )
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            # Timed out: the rank that stalled may be another one that `src` waits on; its
+            # report (an ABORT) names it, so give it a moment to arrive.
+            grace = time.monotonic() + min(ABORT_GRACE, timeout)
+            while self._failure is None and not inbox and time.monotonic() < grace:
+                self._cond.wait(grace - time.monotonic())
+            if self._failure is not None:
+                raise self._failure
+            if inbox:
+                return self._take(src)
+        raise self._fail(
+            PeerError(
+                f"{self.who(src)}: no message for rank {self._rank} within "
+                f"{time.monotonic() - start:.1f} s: it stalled, or waits on a rank that did",
+                rank=src,
+                address=format_address(self.addresses[src]),
+            )
+        )
+
+    def flush(self, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        with self._cond:
+            while any(self._pending):
+                if self._failure is not None:
+                    raise self._failure
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    late = ", ".join(self.who(r) for r, p in enumerate(self._pending) if p)
+                    raise PeerError(
+                        f"rank {self._rank}: messages to {late} not written within "
+                        f"{timeout if timeout is not None else self.timeout:g} s (not reading?)"
+                    )
+                self._cond.wait(left)
+
+    def close(self) -> None:
+        """Flush (at most `timeout`), say goodbye, wait briefly for the peers' goodbyes and
+        release the sockets. Raises the flush's `PeerError`, after releasing everything."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._failure is None:
+                self.flush()
+        finally:
+            clean = self._failure is None
+            with self._cond:
+                self._closing = True
+            for peer, sock in enumerate(self._socks):
+                if sock is not None:
+                    if clean:
+                        self._outbox[peer].put((BYE, b""))
+                    self._outbox[peer].put(None)
+            end = time.monotonic() + min(self.timeout, LINGER)
+            for t in self._senders:
+                t.join(max(0.0, end - time.monotonic()))
+            for sock in self._socks:
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+            if clean:  # the peers' goodbyes: nothing of theirs is left unread when we close
+                with self._cond:
+                    while not all(self._finished[p] for p in self._peers()):
+                        left = end - time.monotonic()
+                        if left <= 0 or self._failure is not None:
+                            break
+                        self._cond.wait(left)
+            for sock in self._socks:
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    sock.close()
+            for t in self._threads:
+                t.join(1.0)
+
+    def bytes_sent(self) -> list[int]:
+        with self._cond:
+            return list(self._sent)
+
+    def bytes_received(self) -> list[int]:
+        with self._cond:
+            return list(self._received)
+
+    def __enter__(self) -> TcpPeers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _peers(self) -> list[int]:
+        return [p for p in range(self._n) if p != self._rank]
+
+    def _check(self, peer: int) -> None:
+        if not (0 <= peer < self._n and peer != self._rank):
+            raise PeerError(f"rank {self._rank}: no peer rank {peer} (0..{self._n - 1})")
+
+    def _take(self, src: int) -> bytearray:
+        msg = self._inbox[src].popleft()
+        self._received[src] += len(msg)
+        return msg
+
+    def _fail(self, err: PeerError, *, report: bool = True) -> PeerError:
+        """Record the channel's first failure (and tell every peer); returns the failure."""
+        with self._cond:
+            if self._failure is not None:
+                return self._failure
+            self._failure = err
+            self._cond.notify_all()
+            closing = self._closing
+        if report and not closing:
+            body = _ABORT.pack(-1 if err.rank is None else err.rank) + str(err).encode()
+            for peer in self._peers():
+                if self._socks[peer] is not None:
+                    self._outbox[peer].put((ABORT, body))
+        return err
+
+    def _peer_error(self, peer: int, what: str) -> PeerError:
+        return PeerError(
+            f"{self.who(peer)}: {what}",
+            rank=peer,
+            address=format_address(self.addresses[peer]),
+        )
+
+    # -- threads
+
+    def _send_loop(self, peer: int, sock: socket.socket) -> None:
+        outbox = self._outbox[peer]
+        while True:
+            item = outbox.get()
+            if item is None:
+                return
+            kind, data = item
+            view = memoryview(data).cast("B")
+            try:
+                _write_frame(sock, kind, view)
+            except OSError as exc:
+                with self._cond:
+                    quiet = self._closing or self._failure is not None
+                if not quiet:
+                    what = (
+                        f"took nothing for {self.timeout:g} s (stalled, not reading?)"
+                        if isinstance(exc, TimeoutError)
+                        else f"connection lost while sending ({exc})"
+                    )
+                    self._fail(self._peer_error(peer, what))
+                return
+            with self._cond:
+                self.wire_sent[peer] += _FRAME.size + len(view)
+                if kind == DATA:
+                    self._pending[peer] -= 1
+                    self._sent[peer] += len(view)
+                    self._cond.notify_all()
+
+    def _recv_loop(self, peer: int, sock: socket.socket) -> None:
+        try:
+            while True:
+                head = self._read(sock, _FRAME.size)
+                kind, size = _FRAME.unpack(head)
+                if kind not in (DATA, BYE, ABORT) or size > MAX_MESSAGE:
+                    raise ValueError(f"sent a frame of kind {kind}, {size} bytes")
+                body = self._read(sock, size) if size else bytearray()
+                with self._cond:
+                    self.wire_received[peer] += _FRAME.size + size
+                    if kind == DATA:
+                        self._inbox[peer].append(body)
+                    elif kind == BYE:
+                        self._finished[peer] = True
+                    self._cond.notify_all()
+                if kind == BYE:
+                    return
+                if kind == ABORT:
+                    (culprit,) = _ABORT.unpack_from(body)
+                    reason = bytes(body[_ABORT.size :]).decode(errors="replace")
+                    self._fail(
+                        PeerError(
+                            f"{reason} (reported by rank {peer})",
+                            rank=None if culprit < 0 else culprit,
+                            address=(
+                                format_address(self.addresses[culprit])
+                                if 0 <= culprit < self._n
+                                else ""
+                            ),
+                        ),
+                        report=False,
+                    )
+        except _Stop:
+            return
+        except EOFError:
+            what = "vanished: its connection closed without a goodbye (process killed?)"
+            self._fail(self._peer_error(peer, what))
+        except (OSError, ValueError) as exc:
+            with self._cond:
+                if self._closing:
+                    return
+            self._fail(self._peer_error(peer, f"connection failed ({exc})"))
+
+    def _read(self, sock: socket.socket, n: int) -> bytearray:
+        """Exactly n bytes; EOFError at the end of the stream, _Stop when closing."""
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            try:
+                k = sock.recv_into(view[got:])
+            except TimeoutError:  # idle: a stall is the recv()'s or the sender's to judge
+                if self._closing:
+                    raise _Stop() from None
+                continue
+            if k == 0:
+                if self._closing:
+                    raise _Stop()
+                raise EOFError
+            got += k
+        return buf
+
+    # -- the mesh
+
+    def _hello(self, dst: int) -> bytes:
+        return _HELLO.pack(HELLO_MAGIC, self._rank, dst, self._n, self._token)
+
+    def _connect_mesh(self, listener: socket.socket | None, deadline: float) -> None:
+        own = self.addresses[self._rank]
+        if listener is None and self._rank < self._n - 1:
+            try:
+                family = socket.AF_INET6 if ":" in own[0] else socket.AF_INET
+                listener = socket.create_server(own, family=family, backlog=self._n + 8)
+            except OSError as exc:
+                raise PeerError(
+                    f"rank {self._rank}: cannot listen on {format_address(own)}: {exc}"
+                ) from None
+        try:
+            for peer in range(self._rank):
+                self._socks[peer] = self._connect(peer, deadline)
+            if self._rank < self._n - 1:
+                assert listener is not None
+                self._accept_all(listener, deadline)
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def _connect(self, peer: int, deadline: float) -> socket.socket:
+        addr = self.addresses[peer]
+        last: OSError | None = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._peer_error(
+                    peer, f"no connection within {self.timeout:g} s: is it running? ({last})"
+                )
+            try:
+                sock = socket.create_connection(addr, timeout=min(left, 2.0))
+            except OSError as exc:  # not listening yet, or unreachable: try again
+                last = exc
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            try:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                sock.sendall(self._hello(peer))
+                reply = _read_exact(sock, _HELLO.size)
+            except (OSError, EOFError) as exc:
+                sock.close()
+                raise self._peer_error(
+                    peer,
+                    f"refused our hello ({type(exc).__name__}): another job's or run's "
+                    "token, rank count or rank order?",
+                ) from None
+            if reply != self._expected_hello(peer):
+                sock.close()
+                raise self._peer_error(peer, "answered with another job's hello (token?)")
+            return sock
+
+    def _expected_hello(self, src: int) -> bytes:
+        return _HELLO.pack(HELLO_MAGIC, src, self._rank, self._n, self._token)
+
+    def _accept_all(self, listener: socket.socket, deadline: float) -> None:
+        waiting = set(range(self._rank + 1, self._n))
+        refused = 0
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stray = f"; refused {refused} stray connection(s)" if refused else ""
+                raise self._peer_error(
+                    min(waiting),
+                    f"did not connect to rank {self._rank} within {self.timeout:g} s: is it "
+                    f"running, with the same peers and token?{stray}",
+                )
+            listener.settimeout(left)
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            try:
+                conn.settimeout(min(max(left, 0.01), HELLO_WAIT))
+                hello = _read_exact(conn, _HELLO.size)
+                magic, src, dst, n, token = _HELLO.unpack(hello)
+                ok = (magic, dst, n, token) == (HELLO_MAGIC, self._rank, self._n, self._token)
+                if not ok or src not in waiting:
+                    raise ValueError("not a rank of this job that is still expected")
+                conn.sendall(self._hello(src))
+            except (OSError, EOFError, ValueError, struct.error):
+                conn.close()
+                refused += 1
+                continue
+            self._socks[src] = conn
+            waiting.discard(src)
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        piece = sock.recv(n - len(buf))
+        if not piece:
+            raise EOFError
+        buf += piece
+    return bytes(buf)
+
+
+def _write_frame(sock: socket.socket, kind: int, view: memoryview) -> None:
+    """One frame; each send call waits at most the socket's timeout for progress."""
+    head = _FRAME.pack(kind, len(view))
+    if len(view) <= SMALL:
+        sock.sendall(head + view)
+        return
+    sock.sendall(head)
+    off = 0
+    while off < len(view):
+        off += sock.send(view[off : off + SEND_PIECE])
