@@ -1,0 +1,184 @@
+"""In-network aggregation on Mininet under a link bandwidth: how close an allreduce of M bytes
+per worker comes to M * 8 / bw, per topology and switch kind (root).
+
+    sudo .venv/bin/python bench/bench_mininet.py [--topo star:4 leaf-spine:2x2x2]
+        [--switch softswitch bmv2] [--seconds 4] [--repeat 2]
+
+For every switch kind and topology, with `inaemu mininet` (algo `ina`, int32, every result
+verified by the runner):
+
+1. **the switch's limit**: an allreduce on unshaped links (`--bw` unset) is bounded by the
+   switch; the busiest host link's bytes per second in it, in Mbit/s, is the bandwidth at which
+   the switch becomes the bottleneck (printed as `limit`).
+2. **shaped**: the links set to `--share` (default 0.5) of that limit, so that the links and
+   not the switch bound the run, and M chosen so that M * 8 / bw is about `--seconds`. Per run:
+   `x M*8/bw`, the completion time over the time the payload alone needs at the link rate, and
+   `x wire`, over the time the busiest host link's bytes (frames with their headers, every
+   retransmission included) need at that rate.
+
+A frame carries K = 64 int32 lanes (256 bytes) in 312 bytes on the wire (Ethernet, IPv4, UDP
+and INA headers), so an allreduce can at best reach 312 / 256 = 1.22 x M * 8 / bw: a target of
+1.2 x is out of reach by the wire format alone, and `x wire` shows how close the rest comes.
+TCLink shapes each direction of a link, so the upward partials and the downward results do not
+share a rate.
+
+Prints a table; asserts nothing. Without root (or Mininet's namespaces) it says so and exits 0;
+bmv2 is skipped with the reason when it is not installed. The defaults take 3-6 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from inaemu.hostlib.wire import FRAME_BYTES, K  # noqa: E402
+
+PAYLOAD_BYTES = 4 * K  # int32 lanes per frame
+MIN_SIZE = 16 * 1024  # elements: below this, start-up dominates
+
+
+@dataclass
+class Run:
+    bw: float | None  # Mbit/s, None: unshaped
+    size: int  # elements per worker
+    seconds: float
+    host_link_bytes: int  # the busiest host link, the busier direction
+    retransmissions: int
+    verified: bool
+
+    @property
+    def payload_bytes(self) -> int:
+        return 4 * self.size
+
+    def x_payload(self) -> float:
+        assert self.bw is not None
+        return self.seconds / (self.payload_bytes * 8 / (self.bw * 1e6))
+
+    def x_wire(self) -> float:
+        assert self.bw is not None
+        return self.seconds / (self.host_link_bytes * 8 / (self.bw * 1e6))
+
+
+def run_scenario(topo: str, switch: str, size: int, bw: float | None, tmp: Path) -> Run:
+    """One `inaemu mininet` run; its summary.json read back."""
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{switch}-{topo.replace(':', '-')}-", dir=tmp))
+    argv = [sys.executable, "-m", "inaemu.mininet", "--topo", topo, "--switch", switch]
+    argv += ["--algo", "ina", "--size", str(size), "--run-dir", str(run_dir), "--no-install"]
+    argv += ["--timeout", "60", "--bmv2-log-level", "off"]
+    if bw is not None:
+        argv += ["--bw", f"{bw:g}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    summary_file = run_dir / "summary.json"
+    if not summary_file.exists():
+        raise RuntimeError(f"{' '.join(argv[2:])}: exit {proc.returncode}: {proc.stderr[-800:]}")
+    summary: dict[str, Any] = json.loads(summary_file.read_text())
+    host_bytes = max(
+        max(int(u["a_to_b"]), int(u["b_to_a"]))
+        for u in summary["links"]
+        if ":" not in u["a"]  # a host's link: "h1" - "s1:1"
+    )
+    retx = sum(int(r.get("retransmissions", 0)) for r in summary["worker_reports"] if r)
+    return Run(
+        bw, size, float(summary["completion_seconds"]), host_bytes, retx, summary["verified"]
+    )
+
+
+def switch_missing(kind: str) -> str | None:
+    if kind == "softswitch":
+        return None
+    from inaemu.conformance.bmv2_target import bmv2_available
+
+    missing = bmv2_available()
+    if missing is None and shutil.which("simple_switch_grpc") is None:
+        missing = "simple_switch_grpc not on PATH"
+    return missing
+
+
+def readable(x: float) -> float:
+    """x to two significant digits (a bandwidth to print and set)."""
+    return float(f"{x:.2g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return bench(argv)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        print(f"bench_mininet: {exc}", file=sys.stderr)
+        return 1
+
+
+def bench(argv: list[str] | None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--topo", nargs="+", default=["star:4", "leaf-spine:2x2x2"])
+    ap.add_argument("--switch", nargs="+", default=["softswitch", "bmv2"])
+    ap.add_argument("--seconds", type=float, default=4.0, help="M * 8 / bw of a shaped run")
+    ap.add_argument("--share", type=float, default=0.5, help="bw = share x the switch's limit")
+    ap.add_argument("--probe-size", type=int, default=256 * 1024, help="elements, unshaped run")
+    ap.add_argument("--repeat", type=int, default=2, help="shaped runs per topology and switch")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_mininet skipped: Mininet needs root")
+        return 0
+    from tests.netns import namespaces_missing
+
+    missing = namespaces_missing()
+    if missing is not None:
+        print(f"bench_mininet skipped: {missing}")
+        return 0
+    print(
+        f"# INA allreduce on Mininet under TCLink bandwidth: {', '.join(args.topo)}; int32, "
+        f"{K} lanes = {PAYLOAD_BYTES} B payload in {FRAME_BYTES} B frames (floor "
+        f"{FRAME_BYTES / PAYLOAD_BYTES:.2f} x M*8/bw); {os.cpu_count()} cpus"
+    )
+    header = f"{'topology':<18} {'switch':<10} {'limit':>9} {'bw':>6} {'MiB':>8} {'seconds':>7}"
+    header += f" {'x M*8/bw':>8} {'x wire':>6} {'retx':>5} {'ok':>3}"
+    rows: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-mininet-") as tmpdir:
+        tmp = Path(tmpdir)
+        for kind in args.switch:
+            why = switch_missing(kind)
+            if why is not None:
+                print(f"# {kind} skipped: {why}")
+                continue
+            for topo in args.topo:
+                probe = run_scenario(topo, kind, args.probe_size, None, tmp)
+                limit = probe.host_link_bytes * 8 / probe.seconds / 1e6
+                bw = readable(limit * args.share)
+                print(
+                    f"# {topo} on {kind}: unshaped {probe.seconds:.2f} s for "
+                    f"{probe.payload_bytes / 2**20:.1f} MiB per worker: the switch's limit "
+                    f"{limit:.1f} Mbit/s per host link; shaped at {bw:g} Mbit/s",
+                    flush=True,
+                )
+                size = max(MIN_SIZE, int(args.seconds * bw * 1e6 / 8 / 4) // K * K)
+                for _ in range(args.repeat):
+                    r = run_scenario(topo, kind, size, bw, tmp)
+                    rows.append(
+                        f"{topo:<18} {kind:<10} {limit:>9.1f} {bw:>6g} "
+                        f"{r.payload_bytes / 2**20:>8.2f} {r.seconds:>7.2f} "
+                        f"{r.x_payload():>8.2f} {r.x_wire():>6.2f} {r.retransmissions:>5} "
+                        f"{'yes' if r.verified else 'NO':>3}"
+                    )
+                    print(f"#   {rows[-1]}", flush=True)
+    print("# limit: Mbit/s per host link at which the switch, unshaped, became the bottleneck")
+    print("# M: payload bytes per worker (MiB); x wire: over the busiest host link's bytes")
+    print(header)
+    for row in rows:
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
