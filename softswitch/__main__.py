@@ -130,15 +130,33 @@ def main(argv: list[str] | None = None) -> int:
         f"ports={ports}{wires}",
         flush=True,
     )
+    reported = (0, 0)
     try:
         while not stop.wait(0.5):
             if switch.error is not None:
                 print(f"softswitch: data plane failed: {switch.error!r}", file=sys.stderr)
                 return 1
+            reported = _report_port_drops(args.name, switch, reported)
     finally:
         server.stop(grace=1.0)
         switch.stop()
+        _report_port_drops(args.name, switch, reported)
     return 0
+
+
+def _report_port_drops(name: str, switch: SoftSwitch, before: tuple[int, int]) -> tuple[int, int]:
+    """Frames lost at the ports, outside the pipeline and its counters, on stderr whenever the
+    totals grow: sent to a port with no room (the peer's queue full, or no peer) and received
+    from a sender that is not the port's peer."""
+    now = (switch.tx_dropped, switch.rx_foreign)
+    if now != before:
+        print(
+            f"softswitch {name}: port drops so far: {now[0]} frames found no room at a port "
+            f"(tx_dropped), {now[1]} frames from a foreign sender (rx_foreign)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return now
 
 
 def _port_spec(spec: str, option: str, form: str) -> tuple[int, str]:

@@ -92,6 +92,7 @@ class AfPacketPort:
             ) from None
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.setblocking(False)
+        self.tx_dropped = 0  # frames the interface had no room for
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -108,10 +109,12 @@ class AfPacketPort:
         return frames
 
     def send(self, frame: bytes) -> None:
+        # The interface's queue is full (EAGAIN) or the interface went away: the frame is
+        # lost, and counted, like a frame a real switch's full output queue drops.
         try:
             self.sock.send(frame)
-        except BlockingIOError:
-            pass
+        except OSError:
+            self.tx_dropped += 1
 
     def close(self) -> None:
         self.sock.close()

@@ -1,6 +1,6 @@
 """Run inside a network namespace with a veth pair a0 <-> a1 (see test_af_packet.py):
 a softswitch on a0 (AF_PACKET), a worker's frames injected and read on a1. Exits 0 if the
-switch answered with the right sum."""
+switch answered with the right sum and counted a frame its port could not send."""
 
 from __future__ import annotations
 
@@ -65,7 +65,15 @@ def main() -> int:
                 and np.array_equal(rec["values"], values[0])
             )
             print("result received" if ok else f"wrong result: {data.hex()}")
-            return 0 if ok else 1
+            if not ok:
+                return 1
+            # a frame the interface refuses (over the veth's 1500-byte MTU) is dropped, counted
+            port = sw.ports[1]
+            port.send(bytes(9000))
+            if (getattr(port, "tx_dropped", None), sw.tx_dropped) != (1, 1):
+                print(f"refused frame not counted: tx_dropped {sw.tx_dropped}")
+                return 1
+            return 0
         print(f"no result: switch saw {sw.frames_in} frames")
         return 1
     finally:

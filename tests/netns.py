@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from itertools import count
@@ -165,11 +166,15 @@ def start_softswitch(net: StarNet, grpc: str = GRPC) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "inaemu.softswitch", "--grpc", grpc]
     for port in sorted(net.ports.values()):
         argv += ["--iface", f"{port}={net.interface(port)}"]
-    proc = net.switch(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # READY ... (or EOF if it failed)
-    if not line.startswith("READY"):
-        raise RuntimeError(f"softswitch: {line}{proc.stderr.read() if proc.stderr else ''}")
+    # stderr to a file: nobody reads a pipe while the switch runs, and its port-drop reports
+    # must never block it
+    with tempfile.TemporaryFile("w+") as err:
+        proc = net.switch(argv, stdout=subprocess.PIPE, stderr=err)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # READY ... (or EOF if it failed)
+        if not line.startswith("READY"):
+            err.seek(0)
+            raise RuntimeError(f"softswitch: {line}{err.read()}")
     return proc
 
 
