@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import socket
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,12 +16,6 @@ from tests.helpers import install_star, running_switch, workers  # noqa: E402
 
 WORLD = 2
 STEPS = 4
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _model() -> Any:
@@ -46,7 +40,7 @@ def _integer_model() -> Any:
     return model
 
 
-def _train(rank: int, wire_dir: str, tcp_port: int, codec: str, q: Any) -> None:
+def _train(rank: int, wire_dir: str, rendezvous: str, codec: str, q: Any) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -55,9 +49,7 @@ def _train(rank: int, wire_dir: str, tcp_port: int, codec: str, q: Any) -> None:
     from inaemu.hostlib.ddp import InaHookState, ina_allreduce_hook
     from inaemu.hostlib.transport import LoopbackWireTransport
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{tcp_port}", rank=rank, world_size=WORLD
-    )
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=WORLD)
     try:
         client = InaClient(
             LoopbackWireTransport(rank + 1, wire_dir),
@@ -128,15 +120,15 @@ def _collect(q: Any, procs: list[Any], timeout: float) -> list[Any]:
 
 
 @pytest.mark.parametrize("codec", ["fixedpoint", "sketch", "sketch-exact"])
-def test_ddp_hook_matches_gloo(codec: str) -> None:
+def test_ddp_hook_matches_gloo(codec: str, tmp_path: Path) -> None:
     ws = workers(WORLD)
     ctx = mp.get_context("spawn")
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=16)
         q = ctx.Queue()
-        tcp = _free_tcp_port()
+        rdv = str(tmp_path / "gloo-rendezvous")  # a file: no port to race for
         procs = [
-            ctx.Process(target=_train, args=(r, wire_dir, tcp, codec, q)) for r in range(WORLD)
+            ctx.Process(target=_train, args=(r, wire_dir, rdv, codec, q)) for r in range(WORLD)
         ]
         for p in procs:
             p.start()
