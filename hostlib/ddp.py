@@ -13,6 +13,10 @@ rank. Buckets are all-reduced in
 the order DDP hands them over, which is the same on every rank; the hook runs synchronously
 (the future it returns is already complete), so the client is never used concurrently.
 Gradients must live on the CPU.
+
+The state takes any client with `InaClient`'s allreduce interface (`AllreduceClient`): the INA
+client, or `inaemu.hostlib.collective.executor.ScheduleClient` (a host collective, the
+baseline), whose `codec=None` sums plain float32 where `InaClient`'s defaults to fixed point.
 """
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations at run time
@@ -20,10 +24,11 @@ Gradients must live on the CPU.
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
-from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.codecs.base import HomomorphicCodec
 from inaemu.hostlib.wire import MAX_RUN
 
@@ -36,10 +41,23 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     ) from exc
 
 
+class AllreduceClient(Protocol):
+    """What the hook needs of a client: `InaClient` and `ScheduleClient` both have it."""
+
+    @property
+    def n_workers(self) -> int | None: ...
+
+    def start_run(self, run: int) -> None: ...
+
+    def allreduce(
+        self, x: npt.NDArray[np.generic], codec: HomomorphicCodec | None = None
+    ) -> npt.NDArray[np.generic]: ...
+
+
 @dataclass
 class InaHookState:
-    client: InaClient
-    codec: HomomorphicCodec | None = None  # None: the client's default (fixed point)
+    client: AllreduceClient
+    codec: HomomorphicCodec | None = None  # None: the client's default (InaClient: fixed point)
     run: int | None = None  # None: rank 0 draws a fresh run id for every rank (shared_run_id)
     buckets: int = 0
     elements: int = 0
