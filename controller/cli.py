@@ -15,6 +15,7 @@
     inaemu routes     -t topology.json
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
+    inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|all] [-o s.json]
 
 Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
 runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
@@ -501,6 +502,13 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(func=None)
 
+    sub.add_parser(
+        "schedule",
+        help="host-collective schedules (ring, hd, hdrm, multitree) on a topology, checked "
+        "and measured (see inaemu schedule -h)",
+        add_help=False,
+    ).set_defaults(func=None)
+
     t = sub.add_parser("topo", help="write a topology file, or draw one (show)")
     t.add_argument(
         "kind",
@@ -595,6 +603,10 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.mininet.run import main as mininet_main
 
         return mininet_main(argv[1:])
+    if argv[:1] == ["schedule"]:
+        from inaemu.collectives.cli import main as schedule_main
+
+        return schedule_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result = args.func(args)

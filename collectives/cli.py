@@ -1,0 +1,126 @@
+"""`inaemu schedule`: host-collective schedules on a topology, checked and measured.
+
+    inaemu schedule --topo SPEC|FILE [--algo ring|hd|hdrm|multitree|all] [--size BYTES]
+                    [--workers h1,h2,...] [-o schedule.json]
+
+Prints the checker's table (`check.py`), one row per algorithm; with `--algo all`, the
+algorithms that do not run on the topology are listed under it with the reason. `-o` writes
+the schedule (one algorithm) as JSON (`Schedule.save`). Bad input is one line on stderr and
+exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
+from inaemu.collectives.check import check, render_table, table_row
+from inaemu.collectives.routes import FlowRoutes
+from inaemu.collectives.schedule import ScheduleError
+from inaemu.controller.topology import TopologyError, describe_roles, load_or_build
+
+DEFAULT_SIZE = 100_000_000  # bytes: a ResNet-50-sized gradient in float32
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} bytes: give a size >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="inaemu schedule",
+        description="host-collective allreduce schedules on a topology: checked (every rank "
+        "ends with every rank's contribution once) and measured (steps, bytes per host, "
+        "flows per link per step, link-bytes)",
+    )
+    ap.add_argument(
+        "--topo",
+        required=True,
+        help="a topology file or a spec: star:8, leaf-spine:2x2x4, fat-tree:4, bigraph:4x8, "
+        "torus:4x4, mesh:3x3",
+    )
+    ap.add_argument(
+        "--algo",
+        default="all",
+        help=f"{', '.join(ALGORITHMS)} or all (default %(default)s)",
+    )
+    ap.add_argument(
+        "--size",
+        type=_size,
+        default=DEFAULT_SIZE,
+        help="bytes of the array each host all-reduces (default %(default)s)",
+    )
+    ap.add_argument("--workers", help="comma-separated hosts in rank order (default: every host)")
+    ap.add_argument("-o", "--output", help="write the schedule (one algorithm) as JSON")
+    return ap
+
+
+def run(args: argparse.Namespace) -> None:
+    names = list(ALGORITHMS) if args.algo == "all" else [algorithm(args.algo).name]
+    if args.output and len(names) > 1:
+        raise ScheduleError("-o writes one schedule: choose one --algo")
+    topo = load_or_build(args.topo)
+    label = args.topo if ":" in args.topo and not Path(args.topo).exists() else Path(args.topo).name
+    hosts = None
+    if args.workers is not None:
+        hosts = [h.strip() for h in args.workers.split(",") if h.strip()]
+    routes = FlowRoutes(topo)
+    rows, skipped = [], []
+    schedule = None
+    for name in names:
+        algo = ALGORITHMS[name]
+        try:
+            schedule = algo.schedule(topo, hosts)
+        except ScheduleError as exc:
+            if len(names) == 1:
+                raise
+            skipped.append(f"  {exc}")
+            continue
+        measures = check(
+            schedule, topo, args.size, topology=label, promised=algo.promises(topo), routes=routes
+        )
+        rows.append(table_row(measures))
+    print(
+        f"{label}: {topology_kind(topo)}, {len(topo.switches)} "
+        f"{'switch' if len(topo.switches) == 1 else 'switches'} "
+        f"({describe_roles(topo)}), {len(topo.hosts)} hosts; array of {args.size:,} bytes "
+        "per host"
+    )
+    print(render_table(rows))
+    if skipped:
+        print("not run:")
+        print("\n".join(skipped))
+    if args.output and schedule is not None:
+        try:
+            schedule.save(args.output)
+        except OSError as exc:
+            raise ScheduleError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        print(
+            f"wrote {args.output}: {schedule.algo}, {schedule.n_ranks} ranks, "
+            f"{schedule.n_chunks} chunks, {len(schedule.steps)} steps"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        run(args)
+    except (TopologyError, ScheduleError, ValueError) as exc:
+        print(f"inaemu schedule: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninaemu schedule: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
