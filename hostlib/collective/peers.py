@@ -233,8 +233,9 @@ class TcpPeers:
     (an ABORT frame), so that all ranks fail at once naming the same culprit. A clean `close`
     sends a goodbye (BYE) to every peer.
 
-    Counters: `bytes_sent()` / `bytes_received()` count messages; `wire_sent` /
-    `wire_received` count every frame's bytes (headers included) per rank.
+    Counters: `bytes_sent()` / `bytes_received()` count message bytes handed to `send` and
+    returned by `recv`; `wire_sent` / `wire_received` count the bytes of every frame written
+    and read (headers included) per rank.
     """
 
     def __init__(
@@ -314,6 +315,7 @@ class TcpPeers:
             if self._closing:
                 raise PeerError(f"rank {self._rank}: send on a closed channel")
             self._pending[dst] += 1
+            self._sent[dst] += len(memoryview(data).cast("B"))
         self._outbox[dst].put((DATA, data))
 
     def recv(self, src: int, timeout: float) -> bytearray:
@@ -494,7 +496,6 @@ class TcpPeers:
                 self.wire_sent[peer] += _FRAME.size + len(view)
                 if kind == DATA:
                     self._pending[peer] -= 1
-                    self._sent[peer] += len(view)
                     self._cond.notify_all()
 
     def _recv_loop(self, peer: int, sock: socket.socket) -> None:
