@@ -1,0 +1,388 @@
+"""Host-collective schedules (ring, halving-doubling, HDRM, MultiTree), their checker, the
+routes they are measured on, and `inaemu schedule`."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inaemu.collectives import cli as schedule_cli
+from inaemu.collectives import hdrm, multitree, ring
+from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
+from inaemu.collectives.check import check, measure, ranks_text, simulate
+from inaemu.collectives.halving_doubling import hd_steps
+from inaemu.collectives.routes import FlowRoutes, RouteError
+from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer
+from inaemu.controller import cli as controller_cli
+from inaemu.controller.jobs import route_plans
+from inaemu.controller.topology import Topology, bigraph, from_spec, mesh, torus
+from inaemu.hostlib.wire import ip_int
+
+SIZE = 1_000_003  # bytes; not a multiple of any chunk count used here
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+SPECS = (
+    "star:1",
+    "star:2",
+    "star:5",
+    "leaf-spine:2x2x3",
+    "leaf-spine:3x2x2",
+    "fat-tree:4",
+    "bigraph:1x2",
+    "bigraph:2x4",
+    "bigraph:4x4",
+    "bigraph:2x6",
+    "bigraph:4x8",
+    "torus:3x3",
+    "torus:4x4",
+    "torus:3x5",
+    "torus:1x4",
+    "mesh:2x3",
+    "mesh:4x4",
+    "mesh:1x4",
+)
+HDRM_SHAPES = ((1, 2), (1, 4), (2, 4), (1, 8), (2, 8), (4, 8), (4, 16))
+
+
+@functools.cache
+def topo_of(spec: str) -> Topology:
+    return from_spec(spec)
+
+
+@functools.cache
+def built(name: str, spec: str) -> Schedule:
+    return algorithm(name).schedule(topo_of(spec))
+
+
+def supported(name: str, spec: str) -> bool:
+    if name == "hdrm":
+        m, n = (int(x) for x in spec.partition(":")[2].split("x")) if "bigraph" in spec else (0, 0)
+        return (m, n) in HDRM_SHAPES
+    return True
+
+
+CASES = [(name, spec) for name in ALGORITHMS for spec in SPECS if supported(name, spec)]
+
+
+# ---------------------------------------------------------------------- every algorithm
+
+
+@pytest.mark.parametrize(("name", "spec"), CASES)
+def test_checker_passes_every_algorithm_on_every_topology_it_supports(name: str, spec: str) -> None:
+    topo, algo = topo_of(spec), ALGORITHMS[name]
+    sched = built(name, spec)
+    m = check(sched, topo, SIZE, topology=spec, promised=algo.promises(topo))
+    assert sched.algo == name and set(sched.hosts) == set(topo.hosts)
+    assert m.ranks == len(topo.hosts) and m.steps == len(sched.steps)
+    n = m.ranks
+    # every rank sends at least the lower bound 2 (n - 1) / n of the array
+    assert m.sent_mean >= 2 * (n - 1) / n * SIZE - 2 * n
+    if algo.promises(topo):
+        assert m.max_flows <= 1
+
+
+@pytest.mark.parametrize("spec", ["torus:4x4", "mesh:3x3", "star:4", "bigraph:4x4"])
+def test_hdrm_refuses_what_is_not_a_supported_bigraph(spec: str) -> None:
+    with pytest.raises(ScheduleError, match="hdrm"):
+        algorithm("hdrm").schedule(topo_of(spec))
+
+
+def test_unknown_algorithm_is_refused_with_the_names() -> None:
+    with pytest.raises(ScheduleError, match="ring, hd, hdrm, multitree"):
+        algorithm("tree")
+
+
+def test_topology_kinds() -> None:
+    kinds = {spec: topology_kind(topo_of(spec)) for spec in SPECS}
+    assert kinds["star:5"] == "star" and kinds["fat-tree:4"] == "fat-tree"
+    assert kinds["bigraph:4x4"] == "bigraph" and kinds["mesh:1x4"] == "mesh"
+    custom = Topology.from_json(topo_of("star:2").to_json() | {"switches": {"s1": {}}})
+    assert topology_kind(custom) == "custom"
+    check(ring.schedule(custom), custom, SIZE)  # ring and hd run anywhere routes go
+
+
+# ---------------------------------------------------------------------- properties
+
+
+@SETTINGS
+@given(st.integers(1, 70))
+def test_halving_doubling_all_reduces_any_number_of_ranks(n: int) -> None:
+    chunks, steps = hd_steps(n)
+    p = 1 << (n.bit_length() - 1)
+    assert chunks == p
+    k = p.bit_length() - 1
+    assert len(steps) == 2 * k + (2 if n != p else 0)
+    simulate(Schedule("hd", tuple(f"h{i}" for i in range(n)), chunks, steps))
+
+
+@SETTINGS
+@given(st.integers(1, 40))
+def test_ring_all_reduces_any_number_of_ranks(n: int) -> None:
+    sched = Schedule("ring", tuple(f"h{i}" for i in range(n)), n, ring.ring_steps(n))
+    simulate(sched)
+    assert len(sched.steps) == 2 * (n - 1)
+
+
+@SETTINGS
+@given(st.sampled_from(HDRM_SHAPES))
+def test_hdrm_is_contention_free_on_every_supported_bigraph(shape: tuple[int, int]) -> None:
+    topo = bigraph(*shape)
+    sched = hdrm.schedule(topo)
+    m = check(sched, topo, SIZE, promised=True)
+    assert m.max_flows == 1 and m.steps == 2 * (len(topo.hosts).bit_length() - 1)
+    routes = FlowRoutes(topo)
+    for _, t in sched.transfers():  # every pair in opposite parts: one switch link
+        assert routes.hops(sched.hosts[t.src], sched.hosts[t.dst]) == 1
+
+
+@SETTINGS
+@given(st.integers(1, 9), st.integers(1, 5).map(lambda k: 2 * k))
+def test_hdrm_refuses_unsupported_bigraph_shapes(m: int, n: int) -> None:
+    a, half = m.bit_length() - 1, n // 2
+    ok = m & (m - 1) == 0 and half & (half - 1) == 0 and m <= half
+    if ok:
+        check(hdrm.schedule(bigraph(m, n)), bigraph(m, n), SIZE, promised=True)
+    else:
+        with pytest.raises(ScheduleError, match=f"not bigraph:{m}x{n}"):
+            hdrm.schedule(bigraph(m, n))
+    assert a >= 0
+
+
+@SETTINGS
+@given(st.sampled_from([1, 3, 4, 5]), st.sampled_from([1, 3, 4, 5, 6]), st.booleans())
+def test_multitree_is_contention_free_on_tori_and_meshes(rows: int, cols: int, wrap: bool) -> None:
+    topo = torus(rows, cols) if wrap else mesh(rows, cols)
+    sched = multitree.schedule(topo)
+    m = check(sched, topo, SIZE, promised=True)
+    assert m.max_flows <= 1
+    routes = FlowRoutes(topo)
+    for _, t in sched.transfers():  # neighbours only
+        assert routes.hops(sched.hosts[t.src], sched.hosts[t.dst]) == 1
+
+
+@SETTINGS
+@given(st.sampled_from(["star:6", "leaf-spine:2x2x3", "bigraph:2x4", "fat-tree:4"]), st.data())
+def test_multitree_on_a_subset_of_workers(spec: str, data: st.DataObject) -> None:
+    topo = topo_of(spec)
+    hosts = data.draw(st.permutations(list(topo.hosts)))
+    workers = hosts[: data.draw(st.integers(1, len(hosts)))]
+    for name in ("ring", "hd", "multitree"):
+        algo = ALGORITHMS[name]
+        sched = algo.schedule(topo, workers)
+        assert sched.hosts == tuple(workers)
+        check(sched, topo, SIZE, promised=algo.promises(topo))
+
+
+def test_multitree_takes_fewer_steps_than_ring_on_a_4x4_torus() -> None:
+    topo = topo_of("torus:4x4")
+    tree, rng = (
+        check(built("multitree", "torus:4x4"), topo, SIZE),
+        check(built("ring", "torus:4x4"), topo, SIZE),
+    )
+    assert rng.steps == 30 and tree.steps < rng.steps
+    assert tree.max_flows == rng.max_flows == 1
+
+
+def test_hdrm_removes_the_contention_of_plain_halving_doubling() -> None:
+    topo = topo_of("bigraph:4x8")
+    plain = check(built("hd", "bigraph:4x8"), topo, SIZE)
+    mapped = check(built("hdrm", "bigraph:4x8"), topo, SIZE, promised=True)
+    assert plain.steps == mapped.steps and plain.max_flows > 1 and mapped.max_flows == 1
+
+
+# ---------------------------------------------------------------------- the checker
+
+
+CORRUPTIBLE = [
+    c for c in CASES if c[1] in ("star:5", "bigraph:2x4", "torus:3x3", "leaf-spine:3x2x2")
+]
+
+
+def _replace_step(sched: Schedule, i: int, step: tuple[Transfer, ...]) -> Schedule:
+    steps = list(sched.steps)
+    steps[i] = step
+    return dataclasses.replace(sched, steps=tuple(steps))
+
+
+@SETTINGS
+@given(st.sampled_from(CORRUPTIBLE), st.data())
+def test_the_checker_catches_a_dropped_transfer(case: tuple[str, str], data: st.DataObject) -> None:
+    sched = built(*case)
+    where = list(sched.transfers())
+    if not where:
+        return
+    k = data.draw(st.integers(0, len(where) - 1))
+    i, t = where[k]
+    bad = _replace_step(sched, i, tuple(x for x in sched.steps[i] if x is not t))
+    with pytest.raises(ScheduleError):
+        simulate(bad)
+
+
+@SETTINGS
+@given(st.sampled_from(CORRUPTIBLE), st.data())
+def test_the_checker_catches_a_duplicated_transfer(
+    case: tuple[str, str], data: st.DataObject
+) -> None:
+    sched = built(*case)
+    where = list(sched.transfers())
+    if not where:
+        return
+    i, t = where[data.draw(st.integers(0, len(where) - 1))]
+    j = data.draw(st.integers(i, len(sched.steps) - 1))  # the same step or a later one
+    bad = _replace_step(sched, j, (*sched.steps[j], t))
+    with pytest.raises(ScheduleError):
+        simulate(bad)
+
+
+def test_the_checker_names_the_first_fault() -> None:
+    hosts = ("a", "b", "c")
+    twice = Schedule(
+        "x",
+        hosts,
+        1,
+        ((Transfer(0, 1, 0, 1, Op.REDUCE),), (Transfer(0, 1, 0, 1, Op.REDUCE),)),
+    )
+    with pytest.raises(ScheduleError, match=r"x, step 1: rank 1 \(b\) chunk 0: .* ranks 0 twice"):
+        simulate(twice)
+    missing = Schedule("x", hosts, 1, ((Transfer(0, 1, 0, 1, Op.REDUCE),),))
+    with pytest.raises(ScheduleError, match=r"rank 0 \(a\) chunk 0 lacks .* ranks 1-2"):
+        simulate(missing)
+    clash = Schedule(
+        "x", hosts, 1, ((Transfer(0, 2, 0, 1, Op.COPY), Transfer(1, 2, 0, 1, Op.REDUCE)),)
+    )
+    with pytest.raises(ScheduleError, match="written twice in one step"):
+        simulate(clash)
+    dropping = Schedule("x", ("a", "b"), 1, ((Transfer(0, 1, 0, 1, Op.COPY),),))
+    with pytest.raises(ScheduleError, match="drops the contributions of ranks 1"):
+        simulate(dropping)
+    wasted = Schedule(
+        "x",
+        ("a", "b"),
+        1,
+        (
+            (Transfer(0, 1, 0, 1, Op.REDUCE),),
+            (Transfer(1, 0, 0, 1, Op.COPY),),
+            (Transfer(0, 1, 0, 1, Op.COPY),),
+        ),
+    )
+    with pytest.raises(ScheduleError, match="a COPY from 0 of what the rank already holds"):
+        simulate(wasted)
+    assert ranks_text(0b101111) == "0-3, 5"
+
+
+def test_a_broken_promise_is_an_error() -> None:
+    topo = topo_of("bigraph:4x4")
+    with pytest.raises(ScheduleError, match="promised contention-free, but step"):
+        check(built("hd", "bigraph:4x4"), topo, SIZE, promised=True)
+
+
+def test_measures_of_the_ring_on_a_star() -> None:
+    topo = topo_of("star:5")
+    m = measure(built("ring", "star:5"), topo, 1000)
+    assert (m.steps, m.chunks, m.max_flows) == (8, 5, 1)
+    assert m.sent_max == m.sent_mean == 8 * 200  # 2 (n - 1) chunks of 200 bytes
+    assert m.link_bytes == 5 * 8 * 200 * 2  # every flow crosses two host links
+
+
+# ---------------------------------------------------------------------- routes
+
+
+@pytest.mark.parametrize("spec", ["bigraph:2x4", "fat-tree:4", "leaf-spine:2x3x2", "torus:3x3"])
+def test_flow_routes_follow_the_installed_routes(spec: str) -> None:
+    topo, routes = topo_of(spec), FlowRoutes(topo_of(spec))
+    out = {
+        (sw, w.key[0]): w.params[1] for sw, plan in route_plans(topo).items() for w in plan.tables
+    }
+    adj = topo.adjacency()
+    for a in topo.hosts:
+        for b in topo.hosts:
+            if a == b:
+                continue
+            links = routes.links(a, b)
+            assert links[0] == (a, routes.home(a)) and links[-1] == (routes.home(b), b)
+            for sw, nxt in links[1:-1]:
+                assert adj[sw][out[(sw, ip_int(topo.hosts[b].ip))]][0] == nxt
+            assert len(links) - 2 == topo.distances(routes.home(a))[routes.home(b)]
+
+
+def test_bigraph_routes_within_a_part_cross_the_other_part() -> None:
+    topo = topo_of("bigraph:2x4")
+    links = FlowRoutes(topo).links("h1", "h3")  # s1 and s2, both upper
+    assert len(links) == 4 and topo.switches[links[1][1]].role == "lower"
+
+
+def test_torus_host_links_are_internal() -> None:
+    routes = FlowRoutes(topo_of("torus:3x3"))
+    assert routes.links("h1", "h2")[0] == ("h1", "s1_1")
+    assert routes.contended_links("h1", "h2") == (("s1_1", "s1_2"),)
+    with pytest.raises(RouteError, match="not a host"):
+        routes.links("h1", "s1_1")
+
+
+# ---------------------------------------------------------------------- JSON and the CLI
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_json_round_trip(name: str, tmp_path: Path) -> None:
+    sched = built(name, "bigraph:2x4")
+    assert Schedule.from_json(json.loads(json.dumps(sched.to_json()))) == sched
+    sched.save(tmp_path / "s.json")
+    assert Schedule.load(tmp_path / "s.json") == sched
+
+
+def test_cli_prints_the_table_and_writes_a_schedule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert controller_cli.main(["schedule", "--topo", "bigraph:2x4", "--size", "1000"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    assert set(rows) == {"ring", "hd", "hdrm", "multitree"}
+    assert rows["hdrm"].endswith("yes (promised)") and rows["hd"].endswith("no")
+    target = tmp_path / "s.json"
+    code = schedule_cli.main(
+        [
+            "--topo",
+            "torus:3x3",
+            "--algo",
+            "multitree",
+            "--workers",
+            "h1,h2,h4,h5",
+            "-o",
+            str(target),
+        ]
+    )
+    assert code == 0
+    sched = Schedule.load(target)
+    assert sched.algo == "multitree" and sched.hosts == ("h1", "h2", "h4", "h5")
+    out = capsys.readouterr().out
+    assert "not run:\n  hdrm" not in out and f"wrote {target}" in out
+    assert schedule_cli.main(["--topo", "torus:3x3"]) == 0
+    assert "not run:\n  hdrm does not run on a torus topology" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topo", "torus:4x4", "--algo", "hdrm"], "hdrm does not run on a torus topology"),
+        (["--topo", "bigraph:4x4", "--algo", "hdrm"], "not bigraph:4x4"),
+        (["--topo", "torus:2x2"], "dimension of 2"),
+        (["--topo", "no-such.json"], "no such topology file"),
+        (["--topo", "star:4", "--algo", "tree"], "unknown algorithm 'tree'"),
+        (["--topo", "star:4", "-o", "x.json"], "-o writes one schedule"),
+        (["--topo", "star:4", "--workers", "h1,h9"], "unknown worker 'h9'"),
+        (["--topo", "star:4", "--workers", "h1,h1"], "named twice"),
+        (["--topo", "mesh:3x3", "--algo", "multitree", "--workers", "h1,h9"], "not linked"),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert controller_cli.main(["schedule", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inaemu schedule: ") and message in err and err.count("\n") == 1
