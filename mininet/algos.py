@@ -1,9 +1,12 @@
-"""Allreduce algorithms the Mininet runner can run: a registry, so that more (ring, halving-
-doubling, multitree, gloo, ...) plug into the same runner.
+"""Allreduce algorithms the Mininet runner can run: a registry, so that every algorithm (INA,
+host collectives, gloo) runs on the same network, with the same measurements and checks.
 
-An algorithm is a class with a `name` and a one-line `summary`, registered with `@register`.
-The runner makes one instance per run and calls
+An algorithm is a class with a `name`, a one-line `summary` and `codecs`: the runner's codecs
+it runs (`CODECS`), each with how its results are checked (`compare.CHECKS`: "exact" or
+"bound"). It is registered with `@register`. The runner makes one instance per run and calls
 
+0. `refuse(topology, workers, codec)` before anything starts: the reason it cannot run there
+   (a topology it does not support, a codec it does not run), or None;
 1. `prepare(scenario, spec)` once, after the switches run ina.p4 and have their routes: it
    programs whatever else the algorithm needs (through the controller's commands,
    `scenario.inaemu(...)`) and returns facts worth reporting (`dict[str, str]`);
@@ -11,21 +14,34 @@ The runner makes one instance per run and calls
    starts on that Mininet host. The worker must allreduce (SUM) its input,
    `hostlib.worker.worker_input(spec.seed, rank, spec.size, codec=spec.codec)`, write the
    result to `out` (.npy), print one JSON line per allreduce with at least `seconds` (and,
-   if it can, `start` and `end` on the wall clock), and exit 0; non-zero on failure.
+   if it can, `start` and `end` on the wall clock), and exit 0; non-zero on failure;
+3. `finish(scenario, spec)` after the workers and the measurements: undo what `prepare` set
+   up that would be in the way of the next algorithm on the same network.
 
-The runner starts every worker at once, waits for all, and checks every result against the
-sum of the inputs (`run.verify`), whatever the algorithm.
+The runner starts every worker at once, waits for all, and checks every result
+(`compare.check_results`), whatever the algorithm.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
+from inaemu.controller.topology import Topology
+from inaemu.hostlib.codecs import CODECS as INA_CODECS
+from inaemu.mininet import compare
 from inaemu.mininet.scenario import Scenario, ScenarioError
+
+# the runner's --codec: the INA codecs (homomorphic: a switch adds their encodings), plain
+# float32 (summed by the hosts) and INCEPTIONN (lossy, for host collectives)
+CODECS = (*sorted(INA_CODECS), "plain", "inceptionn")
 
 
 @dataclass(frozen=True)
@@ -45,9 +61,31 @@ class RunSpec:
 class Algorithm:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    codecs: ClassVar[dict[str, str]] = {}  # runner codec -> check ("exact" or "bound")
+
+    def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:
+        """Why this algorithm cannot run on `topo` with these workers and codec, or None."""
+        if codec not in self.codecs:
+            return f"{self.name} does not run codec {codec} (it runs {', '.join(self.codecs)})"
+        return None
+
+    def check(self, codec: str) -> str:
+        """How its results are checked with `codec`: "exact" or "bound"."""
+        return self.codecs[codec]
+
+    def error_bound(
+        self, codec: str, n_workers: int, abs_sum: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        """Element-wise bound on |result - float64 sum| (check "bound"), given the sum over
+        the workers of |input|: `compare.error_bound` unless the algorithm knows better."""
+        bound: npt.NDArray[np.float64] = compare.error_bound(codec, n_workers, abs_sum)
+        return bound
 
     def prepare(self, sc: Scenario, spec: RunSpec) -> dict[str, str]:
         return {}
+
+    def finish(self, sc: Scenario, spec: RunSpec) -> None:
+        return None
 
     def worker_argv(
         self, sc: Scenario, spec: RunSpec, rank: int, host: str, out: Path
@@ -87,6 +125,7 @@ class Ina(Algorithm):
 
     name = "ina"
     summary = "in-network aggregation, trees as the controller chooses (job add --trees 0)"
+    codecs = {c: "exact" for c in sorted(INA_CODECS)}  # int32 exact, others as the reference
     trees = 0
     n_trees = 1
 
@@ -108,6 +147,10 @@ class Ina(Algorithm):
             facts["job"] = first
         return facts
 
+    def finish(self, sc: Scenario, spec: RunSpec) -> None:
+        """The job's slots back, so that the next run on this network can take them."""
+        sc.inaemu("job", "remove", *sc.topo_args(), "--job", str(spec.job))
+
     def worker_argv(
         self, sc: Scenario, spec: RunSpec, rank: int, host: str, out: Path
     ) -> list[str]:
@@ -128,3 +171,35 @@ class InaOneTree(Ina):
     name = "ina-1tree"
     summary = "in-network aggregation over one tree (job add --trees 1)"
     trees = 1
+
+
+@register
+class Gloo(Algorithm):
+    """PyTorch's `torch.distributed.all_reduce` with the gloo backend between the worker hosts
+    (`python -m inaemu.mininet.gloo_worker`): TCP through the switches' IPv4 routes, rank 0's
+    host serving the rendezvous."""
+
+    name = "gloo"
+    summary = "torch.distributed.all_reduce, gloo backend, TCP between the hosts"
+    codecs = {"int32": "exact", "plain": "bound"}
+    PORTS = (20000, 30000)  # the rendezvous port: one per run, so a rerun never meets the last
+
+    def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:
+        why = super().refuse(topo, workers, codec)
+        if why is None and importlib.util.find_spec("torch") is None:  # no import: slow
+            return "gloo needs PyTorch in the venv (make installs its CPU build)"
+        return why
+
+    def port(self, spec: RunSpec) -> int:
+        low, high = self.PORTS
+        return low + spec.run_id % (high - low)
+
+    def worker_argv(
+        self, sc: Scenario, spec: RunSpec, rank: int, host: str, out: Path
+    ) -> list[str]:
+        argv = [sys.executable, "-m", "inaemu.mininet.gloo_worker", "--rank", str(rank)]
+        argv += ["--workers", str(len(spec.workers)), "--master", sc.host_ip(spec.workers[0])]
+        argv += ["--port", str(self.port(spec)), "--local-ip", sc.host_ip(host)]
+        argv += ["--size", str(spec.size), "--seed", str(spec.seed), "--codec", spec.codec]
+        argv += ["--timeout", str(spec.timeout), "--out", str(out)]
+        return argv

@@ -13,8 +13,10 @@ program; `inaemu pipeline push` installs ina.p4.
 - `Bmv2Node`: bmv2's `simple_switch_grpc --no-p4` with its own gRPC and thrift ports, its
   notifications socket and log under the run's directories, and `--pcap` when asked.
 - `InaHost`: IPv6 off from the start (no router solicitations, DAD or MLD on the switch's
-  ports), then what docs/protocol.md section 8 says a worker host needs: a permanent ARP entry
-  and a route for its switch's aggregation address.
+  ports), transmit offloads off (`offload`: TCP checksums and segments made by the kernel, so
+  that host-to-host TCP crosses a user-space switch), then what docs/protocol.md section 8
+  says a worker host needs: a permanent ARP entry and a route for its switch's aggregation
+  address.
 
 Each switch process is started in a session of its own (a Ctrl-C at the terminal reaches only
 the runner, which stops it) and killed, with its whole process group, by `stop()`.
@@ -352,6 +354,10 @@ class InaHost(_Host):  # type: ignore[misc]
     ) -> dict[str, Any]:
         r: dict[str, Any] = super().config(**params)
         intf = self.defaultIntf()
+        if intf is not None:  # ordinary TCP between hosts must cross the switches too
+            errors = self.cmd(f"{sys.executable} -m inaemu.mininet.offload {intf.name} 2>&1")
+            if errors.strip():
+                raise RuntimeError(f"{self.name}: turning offloads off failed: {errors}")
         if agg_ip and agg_mac and intf is not None:
             errors = self.cmd(
                 f"ip neigh replace {agg_ip} lladdr {agg_mac} dev {intf.name} nud permanent"

@@ -42,12 +42,14 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.controller.topology import Topology, TopologyError, from_spec
-from inaemu.hostlib.codecs import CODECS, make_codec
+from inaemu.hostlib.codecs import make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet import debian
-from inaemu.mininet.algos import RunSpec, algorithm, describe
+from inaemu.mininet.algos import ALGORITHMS, CODECS, Algorithm, RunSpec, algorithm, describe
+from inaemu.mininet.compare import Row, Verdict, check_results, make_row, plot_completion
+from inaemu.mininet.compare import render_table as render_comparison
 from inaemu.mininet.scenario import (
     MAX_BW,
     CleanupError,
@@ -57,6 +59,7 @@ from inaemu.mininet.scenario import (
     Scenario,
     ScenarioError,
     link_delta,
+    link_params,
 )
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -72,6 +75,27 @@ def parse_size(text: str) -> int:
     if m is None or int(m[1]) == 0:
         raise argparse.ArgumentTypeError(f"bad size {text!r}: elements, e.g. 100000, 64K, 16M")
     return int(m[1]) * _SUFFIX[m[2].upper()]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma list of sizes (`parse_size`), each once, in the order given."""
+    sizes = [parse_size(part) for part in text.split(",")]
+    if len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(f"--sizes {text}: a size is named twice")
+    return sizes
+
+
+def algo_names(text: str) -> list[str]:
+    """`all` (every registered algorithm) or a comma list of names, each once; ValueError
+    naming what is unknown or repeated."""
+    if text.strip() == "all":
+        return list(ALGORITHMS)
+    names = [n.strip() for n in text.split(",")]
+    for n in names:
+        algorithm(n)  # ValueError: unknown
+    if len(set(names)) != len(names) or "" in names:
+        raise ValueError(f"--algo {text}: name each algorithm once, e.g. ina,ring,gloo")
+    return names
 
 
 def _bw(text: str) -> float:
@@ -109,20 +133,34 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("-t", "--topology", type=Path, help="a topology.json instead of --topo")
     ap.add_argument("--switch", choices=("softswitch", "bmv2"), default="softswitch")
     ap.add_argument(
-        "--algo", default="ina", metavar="NAME", help=f"the allreduce algorithm: {describe()}"
+        "--algo",
+        default="ina",
+        metavar="NAMES",
+        help="the allreduce algorithm, a comma list of them (ina,ring,gloo) or all, each run "
+        f"on the same network and compared in one table: {describe()}",
     )
-    ap.add_argument(
+    sizes = ap.add_mutually_exclusive_group()
+    sizes.add_argument(
         "--size",
         type=parse_size,
-        default=parse_size("256K"),
+        default=None,
         help="elements per worker (4 bytes each); K, M, G = 2^10, 2^20, 2^30 (default 256K)",
+    )
+    sizes.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=None,
+        metavar="LIST",
+        help="several sizes, e.g. 256K,1M,4M: every algorithm at each, and completion.png "
+        "(completion time against size) in the run dir",
     )
     ap.add_argument(
         "--codec",
-        choices=sorted(CODECS),
+        choices=CODECS,
         default="int32",
-        help="int32 (default): exact integer sums; others are checked bit for bit against "
-        "the codec run on the reference switch",
+        help="int32 (default): exact integer sums; fixedpoint, sketch: checked bit for bit "
+        "against the codec run on the reference switch; plain (float32 summed by the hosts) "
+        "and inceptionn (host collectives): within their error bound",
     )
     ap.add_argument(
         "--bw",
@@ -210,38 +248,43 @@ def expected_result(codec: str, seed: int, n: int, size: int) -> npt.NDArray[Any
     return results[0]
 
 
-def verify(outcomes: list[WorkerOutcome], results: Path, expected: npt.NDArray[Any]) -> list[str]:
-    """Problems with the run: failed workers, missing or wrong results, disagreement."""
+def load_results(
+    outcomes: list[WorkerOutcome], results: Path
+) -> tuple[dict[str, npt.NDArray[Any] | None], list[str]]:
+    """Each worker's result array (None: it failed or wrote none) and what went wrong."""
+    arrays: dict[str, npt.NDArray[Any] | None] = {}
     problems = []
-    digests: dict[str, str] = {}
     for o in outcomes:
+        arrays[o.host] = None
         if o.returncode != 0:
             why = "killed at the time limit" if o.returncode is None else f"exit {o.returncode}"
             problems.append(f"{o.host} (rank {o.rank}): {why}: {o.error}".rstrip(": "))
             continue
-        path = results / f"{o.host}.npy"
         try:
-            got = np.load(path)
+            arrays[o.host] = np.load(results / f"{o.host}.npy")
         except (OSError, ValueError) as exc:
             problems.append(f"{o.host}: no result ({exc})")
-            continue
-        if got.shape != expected.shape or got.dtype != expected.dtype:
-            problems.append(
-                f"{o.host}: result {got.dtype}{list(got.shape)}, expected "
-                f"{expected.dtype}{list(expected.shape)}"
-            )
-            continue
-        wrong = int(np.count_nonzero(got != expected))
-        if wrong:
-            first = int(np.flatnonzero(got != expected)[0])
-            problems.append(
-                f"{o.host}: {wrong} of {expected.size} elements wrong (first at {first}: "
-                f"{got[first]!r}, expected {expected[first]!r})"
-            )
-        digests[o.host] = str(o.report.get("digest", ""))
-    if len(set(digests.values())) > 1:
-        problems.append(f"workers' digests differ: {digests}")
-    return problems
+    return arrays, problems
+
+
+@dataclass
+class Truth:
+    """What the results of one size are checked against (`compare.check_results`)."""
+
+    size: int
+    sum64: npt.NDArray[np.float64]  # the float64 sum of the inputs
+    abs_sum: npt.NDArray[np.float64]  # the sum of their absolute values
+    exact: npt.NDArray[Any] | None  # `expected_result`, if an algorithm checks "exact"
+
+
+def truth(codec: str, seed: int, n: int, size: int, *, exact: bool) -> Truth:
+    sum64 = np.zeros(size, np.float64)
+    abs_sum = np.zeros(size, np.float64)
+    for rank in range(n):
+        x = worker_input(seed, rank, size, codec=codec).astype(np.float64)
+        sum64 += x
+        abs_sum += np.abs(x)
+    return Truth(size, sum64, abs_sum, expected_result(codec, seed, n, size) if exact else None)
 
 
 def completion(outcomes: list[WorkerOutcome]) -> tuple[float, str]:
@@ -259,19 +302,21 @@ def completion(outcomes: list[WorkerOutcome]) -> tuple[float, str]:
 
 
 def run_workers(
-    sc: Scenario, algo: Any, spec: RunSpec, limit: float
+    sc: Scenario, algo: Any, spec: RunSpec, limit: float, tag: str = ""
 ) -> tuple[list[WorkerOutcome], Path]:
-    """Every worker at once, each on its host; wait for all (at most `limit` seconds)."""
-    results = sc.run.build / "results"
-    results.mkdir(exist_ok=True)
+    """Every worker at once, each on its host; wait for all (at most `limit` seconds). Logs in
+    logs/, results in build/results/, or in a folder `tag` of each."""
+    results = sc.run.build / "results" / tag
+    logs = sc.run.logs / tag
+    results.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
     procs = []
-    with (sc.run.logs / "workers.txt").open("w") as cmds:
+    with (logs / "workers.txt").open("w") as cmds:
         for rank, host in enumerate(spec.workers):
             out = results / f"{host}.npy"
             out.unlink(missing_ok=True)
             argv = algo.worker_argv(sc, spec, rank, host, out)
             cmds.write(f"{host}: {subprocess.list2cmdline(argv)}\n")
-            logs = sc.run.logs
             procs.append(
                 sc.popen(host, argv, stdout=logs / f"{host}.json", stderr=logs / f"{host}.log")
             )
@@ -283,7 +328,7 @@ def run_workers(
         except subprocess.TimeoutExpired:
             rc = None
         outcome = WorkerOutcome(host, rank, rc)
-        stdout = (sc.run.logs / f"{host}.json").read_text(errors="replace")
+        stdout = (logs / f"{host}.json").read_text(errors="replace")
         lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
         if lines:
             try:
@@ -291,10 +336,106 @@ def run_workers(
             except ValueError:
                 pass
         if rc != 0:
-            tail = (sc.run.logs / f"{host}.log").read_text(errors="replace").strip().splitlines()
+            tail = (logs / f"{host}.log").read_text(errors="replace").strip().splitlines()
             outcome.error = " | ".join(tail[-3:])
         outcomes.append(outcome)
     return outcomes, results
+
+
+@dataclass
+class AlgoRun:
+    """One algorithm at one size on the network: what the runner measured."""
+
+    algo: Algorithm
+    spec: RunSpec
+    facts: dict[str, str]
+    outcomes: list[WorkerOutcome]
+    results: Path  # the folder of the workers' .npy results
+    links: list[LinkUse]  # bytes each link carried while the workers ran
+    stats: str  # `inaemu stats` after it
+    wall: float  # seconds from starting the workers to the last one's exit
+    crashed: list[str]  # switches that died, a failed stats read or clean-up
+
+
+def run_algorithm(
+    sc: Scenario,
+    algo: Algorithm,
+    spec: RunSpec,
+    limit: float,
+    tag: str = "",
+    *,
+    facts: dict[str, str] | None = None,
+) -> AlgoRun:
+    """`algo` on the scenario's programmed network: its set-up (unless done: `facts` is what
+    it said), every worker, the link counters and switch statistics around them, then its
+    clean-up."""
+    if facts is None:
+        facts = algo.prepare(sc, spec)
+    before = sc.link_counters()
+    started = time.monotonic()
+    outcomes, results = run_workers(sc, algo, spec, limit, tag)
+    wall = time.monotonic() - started
+    links = link_delta(before, sc.link_counters())
+    died = [sw for sw in sc.net.switches if sw.proc is None or sw.proc.poll() is not None]
+    crashed = [f"switch {sw.name} exited during the run: {sw.log_tail()}" for sw in died]
+    try:
+        stats = sc.inaemu("stats", *sc.topo_args())
+    except ScenarioError as exc:  # e.g. a switch died: the workers' outcome still counts
+        stats = str(exc)
+        crashed.append(stats)
+    if not died:
+        try:
+            algo.finish(sc, spec)
+        except ScenarioError as exc:
+            crashed.append(f"{algo.name}'s clean-up: {exc}")
+    return AlgoRun(algo, spec, facts, outcomes, results, links, stats, wall, crashed)
+
+
+def run_algorithms(
+    sc: Scenario,
+    plan: list[tuple[Algorithm, RunSpec]],
+    limit: float,
+    say: Any = print,
+) -> list[AlgoRun]:
+    """The comparison's core: each (algorithm, spec) of `plan` in turn on one programmed
+    network (`Scenario.program()` done), each in a logs/ and build/results/ folder of its
+    own (`<algo>-<size>`). `rows` turns the runs into the table's rows."""
+    runs = []
+    for algo, spec in plan:
+        run = run_algorithm(sc, algo, spec, limit, tag=f"{algo.name}-{spec.size}")
+        ok = sum(o.returncode == 0 for o in run.outcomes)
+        say(
+            f"  {algo.name} x {spec.size:,}: {ok}/{len(run.outcomes)} workers done in "
+            f"{run.wall:.1f} s",
+            flush=True,
+        )
+        runs.append(run)
+    return runs
+
+
+def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row, Verdict, str]:
+    """A run's row (its results checked against `t`), the verdict, how completion was
+    measured."""
+    arrays, problems = load_results(run.outcomes, run.results)
+    codec, n = run.spec.codec, len(run.spec.workers)
+    check = run.algo.check(codec)
+    bound = run.algo.error_bound(codec, n, t.abs_sum) if check == "bound" else None
+    verdict = check_results(arrays, check=check, exact=t.exact, sum64=t.sum64, bound=bound)
+    seconds, how = completion(run.outcomes)
+    row = make_row(
+        run.algo.name,
+        run.spec.size,
+        codec,
+        check,
+        seconds=seconds,
+        uses=run.links,
+        bandwidths=bandwidths,
+        hosts=run.spec.workers,
+        verdict=verdict,
+        problems=run.crashed + problems,
+        facts=run.facts,
+    )
+    return row, verdict, how
 
 
 def tcpdump_missed(log: str) -> int | None:
@@ -382,8 +523,31 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def choose(
+    text: str, topo: Topology, workers: tuple[str, ...], codec: str
+) -> tuple[list[Algorithm], dict[str, str]]:
+    """The algorithms of `--algo` that run here, and why the others do not. `all` skips what
+    cannot run (topology, codec); named algorithms must all run: ValueError with the reasons."""
+    chosen, skipped = [], {}
+    for name in algo_names(text):
+        algo = algorithm(name)
+        why = algo.refuse(topo, workers, codec)
+        if why is None:
+            chosen.append(algo)
+        else:
+            skipped[name] = why
+    if text.strip() != "all" and skipped:
+        raise ValueError("; ".join(f"--algo {n}: {why}" for n, why in skipped.items()))
+    if not chosen:
+        raise ValueError(
+            "no algorithm runs here: " + "; ".join(f"{n}: {w}" for n, w in skipped.items())
+        )
+    return chosen, skipped
+
+
 def run_scenario(args: argparse.Namespace) -> int:
     say = print
+    sizes: list[int] = args.sizes or [args.size or parse_size("256K")]
     try:
         if args.topology is not None:
             topo = Topology.load(args.topology)
@@ -391,20 +555,22 @@ def run_scenario(args: argparse.Namespace) -> int:
         else:
             label = args.topo or "star:4"
             topo = from_spec(label)
-        algo = algorithm(args.algo)
         workers = tuple(
             sorted((h for h, x in topo.hosts.items() if x.role == "worker"), key=natural)
         )
         if len(workers) < 1:
             raise ValueError("the topology has no hosts with role worker")
+        algos, skipped = choose(args.algo, topo, workers, args.codec)
         if not 1 <= args.window <= 0x7FFF:
             raise ValueError("--window must be 1..32767")
+        bandwidths = [link_params(lk, args.bw, i).get("bw") for i, lk in enumerate(topo.links)]
         debian.ensure(install=not args.no_install)
         if args.pcap and args.switch == "softswitch" and shutil.which("tcpdump") is None:
             if args.no_install:
                 raise debian.MininetUnavailable("--pcap needs tcpdump: apt-get install tcpdump")
             debian.apt_install(("tcpdump",))
-        expected = expected_result(args.codec, args.seed, len(workers), args.size)
+        exact = any(a.check(args.codec) == "exact" for a in algos)
+        truths = {n: truth(args.codec, args.seed, len(workers), n, exact=exact) for n in sizes}
         run = RunDir.make(
             args.run_dir or default_run_dir(label, args.switch, args.algo), pcap=args.pcap
         )
@@ -413,15 +579,19 @@ def run_scenario(args: argparse.Namespace) -> int:
         print(f"inaemu mininet: {exc}", file=sys.stderr)
         return 2
 
-    spec = RunSpec(
-        workers=workers,
-        size=args.size,
-        codec=args.codec,
-        seed=args.seed,
-        run_id=secrets.randbelow(0xFFFF) + 1,
-        window=args.window,
-        timeout=args.timeout,
-    )
+    def spec_for(size: int) -> RunSpec:
+        return RunSpec(
+            workers=workers,
+            size=size,
+            codec=args.codec,
+            seed=args.seed,
+            run_id=secrets.randbelow(0xFFFF) + 1,
+            window=args.window,
+            timeout=args.timeout,
+        )
+
+    plan = [(algo, spec_for(size)) for size in sizes for algo in algos]
+    single = len(plan) == 1
     options = NetOptions(
         switch=args.switch,
         bw=args.bw,
@@ -433,21 +603,31 @@ def run_scenario(args: argparse.Namespace) -> int:
         "topology": label,
         "switch": args.switch,
         "algo": args.algo,
+        "algos": [a.name for a in algos],
+        "skipped": skipped,
         "workers": list(workers),
-        "size": args.size,
+        "size": sizes[0],
+        "sizes": sizes,
         "codec": args.codec,
         "bw_mbit": args.bw,
         "loss": args.loss,
-        "run_id": spec.run_id,
+        "run_id": plan[0][1].run_id,
         "run_dir": str(run.root),
     }
     shaped = f", links {args.bw:g} Mbit/s" if args.bw else ""
+    if single:
+        what = f"algo {algos[0].name}, {len(workers)} workers x {sizes[0]:,} {args.codec} "
+        what += f"elements ({_fmt_bytes(4 * sizes[0])}){shaped}; run {plan[0][1].run_id}"
+    else:
+        what = f"algorithms {', '.join(a.name for a in algos)}; {len(workers)} workers x "
+        what += " / ".join(f"{n:,}" for n in sizes) + f" {args.codec} elements{shaped}"
     say(
         f"inaemu mininet: {label} ({len(topo.switches)} switches, {len(topo.hosts)} hosts) on "
-        f"{args.switch}, algo {args.algo}, {len(workers)} workers x {args.size:,} {args.codec} "
-        f"elements ({_fmt_bytes(4 * args.size)}){shaped}; run {spec.run_id}",
+        f"{args.switch}, {what}",
         flush=True,
     )
+    for name, why in skipped.items():
+        say(f"skipped {name}: {why}", flush=True)
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # a signal ignored from the start (e.g. SIGINT of `cmd &` in a script) stays ignored
     old = {s: signal.signal(s, _stop_on) for s in stops if signal.getsignal(s) != signal.SIG_IGN}
@@ -458,25 +638,18 @@ def run_scenario(args: argparse.Namespace) -> int:
             sc.program()
             if args.loss:
                 sc.set_loss(args.loss)
-            facts = algo.prepare(sc, spec)
-            summary["algo_facts"] = facts
-            say(
-                f"programmed in {sc.timings['program']:.1f} s; "
-                + "; ".join(f"{k}: {v}" for k, v in facts.items()),
-                flush=True,
-            )
-            before = sc.link_counters()
-            started = time.monotonic()
-            outcomes, results = run_workers(sc, algo, spec, args.limit)
-            wall = time.monotonic() - started
-            links = link_delta(before, sc.link_counters())
-            died = [sw for sw in sc.net.switches if sw.proc is None or sw.proc.poll() is not None]
-            crashed = [f"switch {sw.name} exited during the run: {sw.log_tail()}" for sw in died]
-            try:
-                stats = sc.inaemu("stats", *sc.topo_args())
-            except ScenarioError as exc:  # e.g. a switch died: the workers' outcome still counts
-                stats = str(exc)
-                crashed.append(stats)
+            if single:
+                algo, spec = plan[0]
+                facts = algo.prepare(sc, spec)
+                say(
+                    f"programmed in {sc.timings['program']:.1f} s; "
+                    + "; ".join(f"{k}: {v}" for k, v in facts.items()),
+                    flush=True,
+                )
+                runs = [run_algorithm(sc, algo, spec, args.limit, facts=facts)]
+            else:
+                say(f"programmed in {sc.timings['program']:.1f} s", flush=True)
+                runs = run_algorithms(sc, plan, args.limit, say)
         say("network removed", flush=True)
     except CleanupError as exc:
         print(f"inaemu mininet: {exc}", file=sys.stderr)
@@ -498,60 +671,124 @@ def run_scenario(args: argparse.Namespace) -> int:
         for s, handler in old.items():
             signal.signal(s, handler)
 
-    problems = crashed + verify(outcomes, results, expected)
     capture_missed = {
         log.name.removeprefix("tcpdump-").removesuffix(".log"): missed
         for log in sorted(run.logs.glob("tcpdump-*.log"))
         if (missed := tcpdump_missed(log.read_text())) is not None
     }
-    seconds, how = completion(outcomes)
-    frames = -(-args.size // K)
+    rows, details = [], []
+    for r in runs:
+        row, _, how = row_of(r, truths[r.spec.size], bandwidths)
+        rows.append(row)
+        details.append(
+            {
+                **row.to_json(),
+                "run_id": r.spec.run_id,
+                "completion_measured": how,
+                "wall_seconds": r.wall,
+                "links": [asdict(u) for u in r.links],
+                "stats": r.stats,
+                "worker_reports": [o.report for o in r.outcomes],
+            }
+        )
+        if row.verified and not args.keep_results:
+            for o in r.outcomes:
+                (r.results / f"{o.host}.npy").unlink(missing_ok=True)
     summary.update(
-        verified=not problems,
-        problems=problems,
-        completion_seconds=seconds,
-        completion_measured=how,
-        wall_seconds=wall,
-        frames_per_worker=frames,
-        links=[asdict(u) for u in links],
-        stats=stats,
-        worker_reports=[o.report for o in outcomes],
+        verified=all(r.verified for r in rows),
+        problems=[p for r in rows for p in r.problems]
+        if single
+        else [f"{r.algo} x {r.size:,}: {p}" for r in rows for p in r.problems],
+        rows=details,
         timings=sc.timings,
         network=sc.record,
         capture_missed=capture_missed,
+        link_bytes="kernel counters of each link's root-namespace interface (Ethernet frames)",
     )
-    if not problems and not args.keep_results:
-        for o in outcomes:
-            (results / f"{o.host}.npy").unlink(missing_ok=True)
+    if single:
+        first = details[0]
+        summary.update(
+            algo_facts=runs[0].facts,
+            completion_seconds=rows[0].seconds,
+            completion_measured=first["completion_measured"],
+            wall_seconds=runs[0].wall,
+            frames_per_worker=-(-sizes[0] // K),
+            links=first["links"],
+            stats=runs[0].stats,
+            worker_reports=first["worker_reports"],
+        )
     (run.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    if single:
+        _report_single(runs[0], rows[0], first["completion_measured"], args, say)
+    else:
+        _report_comparison(rows, run, args, say)
+    if any(capture_missed.values()):
+        say(f"note: tcpdump missed frames (the pcaps are incomplete): {capture_missed}")
+    say(f"run dir: {run.root} (summary.json, build/, logs/{', pcaps/' if args.pcap else ''})")
+    return 0 if summary["verified"] else 1
 
-    say(f"completion: {seconds:.3f} s ({how}); workers ran {wall:.1f} s in all")
+
+def _report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, say: Any) -> None:
+    """One algorithm at one size: completion, every link, the switch counters, the verdict."""
+    seconds, size = row.seconds, run.spec.size
+    frames = -(-size // K)
+    say(f"completion: {seconds:.3f} s ({how}); workers ran {run.wall:.1f} s in all")
     if seconds == seconds and seconds > 0:
-        rate = 8 * 4 * args.size / seconds / 1e6
+        rate = 8 * 4 * size / seconds / 1e6
         say(f"  algorithm bandwidth {rate:,.1f} Mbit/s (a worker's input / completion time)")
     say(
         f"bytes per link during the allreduce (each worker sends at least {frames:,} frames = "
         f"{_fmt_bytes(frames * FRAME_BYTES)} per phase):"
     )
-    for line in render_links(links):
+    for line in render_links(run.links):
         say(line)
-    if any(capture_missed.values()):
-        say(f"note: tcpdump missed frames (the pcaps are incomplete): {capture_missed}")
     say("switch counters (inaemu stats):")
-    for line in stats.rstrip().splitlines():
+    for line in run.stats.rstrip().splitlines():
         say(f"  {line}")
-    if problems:
-        say(f"FAILED: {len(problems)} problem(s):")
-        for p in problems:
+    if row.problems:
+        say(f"FAILED: {len(row.problems)} problem(s):")
+        for p in row.problems:
             say(f"  {p}")
     else:
-        what = "numpy's sum of the inputs" if args.codec == "int32" else "the reference"
+        if row.check == "bound":
+            what = f"the float64 sum within the {args.codec} error bound"
+        elif args.codec == "int32":
+            what = "numpy's sum of the inputs"
+        else:
+            what = "the reference"
         say(
-            f"verified: {len(workers)} workers' results identical and equal to {what} "
-            f"({args.size:,} elements)"
+            f"verified: {len(run.outcomes)} workers' results identical and equal to {what} "
+            f"({size:,} elements; max |error| {row.max_abs_error:.3g})"
         )
-    say(f"run dir: {run.root} (summary.json, build/, logs/{', pcaps/' if args.pcap else ''})")
-    return 1 if problems else 0
+
+
+def _report_comparison(rows: list[Row], run: RunDir, args: argparse.Namespace, say: Any) -> None:
+    """Several runs: one table, what its columns count, the plot, the problems."""
+    for line in render_comparison(rows):
+        say(line)
+    say(
+        "bytes: Ethernet frames counted by the kernel on each link's root-namespace interface "
+        "(Mininet's veths), from the workers' start to their exit; host sent: its link towards "
+        "the switch; per link: both ways, mean over the links; load: the busiest link "
+        "direction's bytes / what its bandwidth carries in the completion time; max |error|: "
+        "against the float64 sum of the inputs"
+    )
+    if len(args.sizes or []) > 1:
+        try:
+            path = plot_completion(
+                rows, run.root / "completion.png", title=f"{args.topo or 'topology'}, {args.codec}"
+            )
+            say(f"completion time against size: {path}")
+        except RuntimeError as exc:
+            say(f"no plot: {exc}")
+    failed = [r for r in rows if not r.verified]
+    if failed:
+        say(f"FAILED: {len(failed)} of {len(rows)} run(s):")
+        for r in failed:
+            for p in r.problems:
+                say(f"  {r.algo} x {r.size:,}: {p}")
+    else:
+        say(f"verified: every run ({len(rows)}), each worker's result as its check requires")
 
 
 if __name__ == "__main__":
