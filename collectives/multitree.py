@@ -4,12 +4,14 @@ time step at a time.
 
 The array is cut into n chunks, one per rank; tree i, rooted at rank i, carries chunk i. The
 trees are grown as all-gathers: at time step 0 each tree holds only its root; in step t the
-trees take turns, in rounds (tree t mod n first), each adding at most one rank per turn: a
-rank u that joined its tree before step t sends the chunk to a rank v not yet in it, if no
-link of the flow u -> v is already used in step t. Rounds repeat until no tree can grow in
-step t; then step t + 1. So in every step every directed link carries at most one flow,
-which on a switched network (star, leaf-spine, fat tree, BiGraph: a host's one link is its
-NIC) means that every NIC sends at most once and receives at most once.
+trees take turns, in rounds, each adding at most one rank per turn: a rank u that joined its
+tree before step t sends the chunk to a rank v not yet in it, if no link of the flow u -> v
+is already used in step t. Each round serves the trees with the fewest ranks first (ties:
+from tree t mod n on), so that no tree lags behind (30 instead of 32 steps on fat-tree:4, 136
+instead of 142 on bigraph:8x8). Rounds repeat until no tree can grow in step t; then step
+t + 1. So in every step every directed link carries at most one flow, which on a switched
+network (star, leaf-spine, fat tree, BiGraph: a host's one link is its NIC) means that every
+NIC sends at most once and receives at most once.
 
 Who u may send to:
 
@@ -106,8 +108,7 @@ def build_trees(order: tuple[str, ...], routes: FlowRoutes) -> list[list[Edge]]:
             progress = True
             while progress:
                 progress = False
-                for k in range(n):
-                    i = (t + k) % n
+                for i in sorted(range(n), key=lambda i: (len(members[i]), (i - t) % n)):
                     tree = joined[i]
                     if len(tree) == n:
                         continue
