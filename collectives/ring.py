@@ -6,7 +6,9 @@ sends 2(n - 1)/n of the array, one chunk per step, always to the same neighbour.
 
 The default order follows the topology: hosts as listed (switch by switch), except in a
 torus or mesh, where the ring snakes along the rows (row 1 left to right, row 2 right to
-left, ...), so that consecutive ranks are neighbours.
+left, ...), so that consecutive ranks are neighbours, and in a BiGraph, where it visits the
+switches alternately from the two parts (upper 1, lower 1, upper 2, lower 2, ...), so that
+the ring crosses from switch to switch over direct links only, each link once.
 """
 
 from __future__ import annotations
@@ -56,8 +58,21 @@ def snake_order(topo: Topology) -> list[str] | None:
     return order
 
 
+def bigraph_order(topo: Topology) -> list[str] | None:
+    """A BiGraph's hosts switch by switch, the switches alternately upper and lower; None if
+    the topology is not a BiGraph (as many switches of role upper as lower, no others)."""
+    upper = [sw for sw, s in topo.switches.items() if s.role == "upper"]
+    lower = [sw for sw, s in topo.switches.items() if s.role == "lower"]
+    if not upper or len(upper) != len(lower) or 2 * len(upper) != len(topo.switches):
+        return None
+    alternate = [sw for pair in zip(upper, lower, strict=True) for sw in pair]
+    rank = {sw: i for i, sw in enumerate(alternate)}
+    return sorted(topo.hosts, key=lambda h: rank[topo.host_attachment(h)[0]])
+
+
 def schedule(topo: Topology, hosts: Sequence[str] | None = None) -> Schedule:
     """The ring over `hosts` (rank order; default: see the module's docstring)."""
-    order = worker_hosts(topo, hosts, snake_order(topo) or host_order(topo))
+    default = snake_order(topo) or bigraph_order(topo) or host_order(topo)
+    order = worker_hosts(topo, hosts, default)
     n = len(order)
     return Schedule("ring", order, n, ring_steps(n)).validate()

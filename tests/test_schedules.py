@@ -189,6 +189,19 @@ def test_multitree_takes_fewer_steps_than_ring_on_a_4x4_torus() -> None:
     assert tree.max_flows == rng.max_flows == 1
 
 
+@pytest.mark.parametrize("spec", ["bigraph:1x2", "bigraph:4x4", "bigraph:2x6", "torus:4x4"])
+def test_the_ring_s_default_order_crosses_each_link_once(spec: str) -> None:
+    # alternating the BiGraph's parts, snaking the torus: one switch link per flow
+    topo = topo_of(spec)
+    sched = built("ring", spec)
+    assert check(sched, topo, SIZE).max_flows == 1
+    routes = FlowRoutes(topo)
+    assert {routes.hops(sched.hosts[t.src], sched.hosts[t.dst]) for _, t in sched.transfers()} <= {
+        0,
+        1,
+    }
+
+
 def test_hdrm_removes_the_contention_of_plain_halving_doubling() -> None:
     topo = topo_of("bigraph:4x8")
     plain = check(built("hd", "bigraph:4x8"), topo, SIZE)
