@@ -1,12 +1,12 @@
 """`inaemu schedule`: host-collective schedules on a topology, checked and measured.
 
-    inaemu schedule --topo SPEC|FILE [--algo ring|hd|hdrm|multitree|all] [--size BYTES]
-                    [--workers h1,h2,...] [-o schedule.json]
+    inaemu schedule --topo SPEC|FILE [--topo ...] [--algo ring|hd|hdrm|multitree|all]
+                    [--size BYTES] [--workers h1,h2,...] [-o schedule.json]
 
-Prints the checker's table (`check.py`), one row per algorithm; with `--algo all`, the
-algorithms that do not run on the topology are listed under it with the reason. `-o` writes
-the schedule (one algorithm) as JSON (`Schedule.save`). Bad input is one line on stderr and
-exit code 2.
+Prints the checker's table (`check.py`), one row per algorithm and topology; with `--algo
+all`, the algorithms that do not run on a topology are listed under it with the reason. `-o`
+writes the schedule (one algorithm, one topology) as JSON (`Schedule.save`). Bad input is one
+line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--topo",
         required=True,
+        action="append",
         help="a topology file or a spec: star:8, leaf-spine:2x2x4, fat-tree:4, bigraph:4x8, "
-        "torus:4x4, mesh:3x3",
+        "torus:4x4, mesh:3x3 (repeat it for one table of several)",
     )
     ap.add_argument(
         "--algo",
@@ -65,35 +66,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> None:
     names = list(ALGORITHMS) if args.algo == "all" else [algorithm(args.algo).name]
-    if args.output and len(names) > 1:
-        raise ScheduleError("-o writes one schedule: choose one --algo")
-    topo = load_or_build(args.topo)
-    label = args.topo if ":" in args.topo and not Path(args.topo).exists() else Path(args.topo).name
+    if args.output and (len(names) > 1 or len(args.topo) > 1):
+        raise ScheduleError("-o writes one schedule: choose one --algo and one --topo")
     hosts = None
     if args.workers is not None:
         hosts = [h.strip() for h in args.workers.split(",") if h.strip()]
-    routes = FlowRoutes(topo)
+    topologies = [(_label(text), load_or_build(text)) for text in args.topo]
     rows, skipped = [], []
     schedule = None
-    for name in names:
-        algo = ALGORITHMS[name]
-        try:
-            schedule = algo.schedule(topo, hosts)
-        except ScheduleError as exc:
-            if len(names) == 1:
-                raise
-            skipped.append(f"  {exc}")
-            continue
-        measures = check(
-            schedule, topo, args.size, topology=label, promised=algo.promises(topo), routes=routes
+    for label, topo in topologies:
+        routes = FlowRoutes(topo)
+        for name in names:
+            algo = ALGORITHMS[name]
+            try:
+                schedule = algo.schedule(topo, hosts)
+            except ScheduleError as exc:
+                if len(names) == 1:
+                    raise
+                skipped.append(f"  {label}: {exc}")
+                continue
+            measures = check(
+                schedule,
+                topo,
+                args.size,
+                topology=label,
+                promised=algo.promises(topo),
+                routes=routes,
+            )
+            rows.append(table_row(measures))
+    for label, topo in topologies:
+        n = len(topo.switches)
+        print(
+            f"{label}: {topology_kind(topo)}, {n} {'switch' if n == 1 else 'switches'} "
+            f"({describe_roles(topo)}), {len(topo.hosts)} hosts"
         )
-        rows.append(table_row(measures))
-    print(
-        f"{label}: {topology_kind(topo)}, {len(topo.switches)} "
-        f"{'switch' if len(topo.switches) == 1 else 'switches'} "
-        f"({describe_roles(topo)}), {len(topo.hosts)} hosts; array of {args.size:,} bytes "
-        "per host"
-    )
+    print(f"array of {args.size:,} bytes per host")
     print(render_table(rows))
     if skipped:
         print("not run:")
@@ -107,6 +114,11 @@ def run(args: argparse.Namespace) -> None:
             f"wrote {args.output}: {schedule.algo}, {schedule.n_ranks} ranks, "
             f"{schedule.n_chunks} chunks, {len(schedule.steps)} steps"
         )
+
+
+def _label(text: str) -> str:
+    """A topology's name in the table: its spec, or its file's name."""
+    return text if ":" in text and not Path(text).exists() else Path(text).name
 
 
 def main(argv: list[str] | None = None) -> int:

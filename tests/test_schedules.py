@@ -354,7 +354,7 @@ def test_cli_prints_the_table_and_writes_a_schedule(
 ) -> None:
     assert controller_cli.main(["schedule", "--topo", "bigraph:2x4", "--size", "1000"]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()[0] in ALGORITHMS}
     assert set(rows) == {"ring", "hd", "hdrm", "multitree"}
     assert rows["hdrm"].endswith("yes (promised)") and rows["hd"].endswith("no")
     target = tmp_path / "s.json"
@@ -375,8 +375,14 @@ def test_cli_prints_the_table_and_writes_a_schedule(
     assert sched.algo == "multitree" and sched.hosts == ("h1", "h2", "h4", "h5")
     out = capsys.readouterr().out
     assert "not run:\n  hdrm" not in out and f"wrote {target}" in out
+    assert schedule_cli.main(["--topo", "torus:3x3", "--topo", "star:3", "--algo", "hd"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[:2] for line in out.splitlines() if line.startswith("hd ")] == [
+        ["hd", "torus:3x3"],
+        ["hd", "star:3"],
+    ]
     assert schedule_cli.main(["--topo", "torus:3x3"]) == 0
-    assert "not run:\n  hdrm does not run on a torus topology" in capsys.readouterr().out
+    assert "not run:\n  torus:3x3: hdrm does not run on a torus" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -388,6 +394,7 @@ def test_cli_prints_the_table_and_writes_a_schedule(
         (["--topo", "no-such.json"], "no such topology file"),
         (["--topo", "star:4", "--algo", "tree"], "unknown algorithm 'tree'"),
         (["--topo", "star:4", "-o", "x.json"], "-o writes one schedule"),
+        (["--topo", "star:4", "--topo", "star:3", "--algo", "hd", "-o", "x.json"], "one --topo"),
         (["--topo", "star:4", "--workers", "h1,h9"], "unknown worker 'h9'"),
         (["--topo", "star:4", "--workers", "h1,h1"], "named twice"),
         (["--topo", "mesh:3x3", "--algo", "multitree", "--workers", "h1,h9"], "not linked"),
