@@ -109,7 +109,7 @@ def parse_counter_reads(out: str) -> dict[tuple[str, int], tuple[int, int]]:
     return values
 
 
-def _run_cli(thrift: int, commands: list[str], *, timeout: float) -> str:
+def run_cli(thrift: int, commands: list[str], *, timeout: float) -> str:
     """What simple_switch_CLI prints for `commands`, one per line."""
     return subprocess.run(
         ["simple_switch_CLI", "--thrift-port", str(thrift)],
@@ -121,10 +121,24 @@ def _run_cli(thrift: int, commands: list[str], *, timeout: float) -> str:
     ).stdout
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_thrift(port: int, proc: subprocess.Popen[bytes], errors: Path) -> None:
+    """Until simple_switch `proc` listens on its thrift `port` (10 s at most); `errors` is the
+    file its stderr goes to, quoted if it exits."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"simple_switch exited: {errors.read_text().strip()}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError("simple_switch did not open its thrift port in 10 s")
 
 
 class Bmv2Runner:
@@ -132,7 +146,7 @@ class Bmv2Runner:
         self.json_path = json_path
         self.p4info = p4info or load_p4info()
 
-    def _cli_commands(self, case: StfCase) -> list[str]:
+    def cli_commands(self, case: StfCase) -> list[str]:
         cmds: list[str] = []
         for cmd in case.commands:
             if isinstance(cmd, AddEntry):
@@ -161,6 +175,15 @@ class Bmv2Runner:
                 cmds.append(f"mc_node_associate {cmd.mgid} {cmd.handle}")
         return cmds
 
+    def set_up(self, case: StfCase, thrift: int) -> None:
+        """Deep egress queues and the case's table and multicast commands, with the CLI."""
+        setup = [f"set_queue_depth {QUEUE_DEPTH}", *self.cli_commands(case)]
+        said = run_cli(thrift, setup, timeout=START_WAIT_S * 5)
+        # the CLI exits 0 even when a command fails; it says so on stdout
+        bad = [ln for ln in said.splitlines() if re.search(r"Error|Invalid", ln)]
+        if bad:
+            raise RuntimeError(f"simple_switch_CLI refused the setup: {bad[:5]}")
+
     def run(self, case: StfCase, timeout: float = 60.0) -> CaseResult:
         ports = set()
         for cmd in case.commands:
@@ -178,7 +201,7 @@ class Bmv2Runner:
                     d / f"pcap{p}_in.pcap",
                     [(1e6 + i * 1e-3, pkt.data) for i, pkt in enumerate(packets) if pkt.port == p],
                 )
-            thrift = _free_port()
+            thrift = free_port()
             argv = [
                 "simple_switch",
                 "--use-files",
@@ -200,15 +223,12 @@ class Bmv2Runner:
             with errors.open("w") as err_file:  # a file: a pipe nobody drains could stall it
                 proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
             try:
-                self._wait_thrift(thrift, proc, errors)
-                setup = [f"set_queue_depth {QUEUE_DEPTH}", *self._cli_commands(case)]
-                said = _run_cli(thrift, setup, timeout=START_WAIT_S * 5)
-                # the CLI exits 0 even when a command fails; it says so on stdout
-                bad = [ln for ln in said.splitlines() if re.search(r"Error|Invalid", ln)]
-                if bad:
-                    raise RuntimeError(f"simple_switch_CLI refused the setup: {bad[:5]}")
+                wait_thrift(thrift, proc, errors)
+                self.set_up(case, thrift)
                 self._wait_output_settled(d, ports, len(packets), timeout)
-                counters = self._read_counters(case, thrift)
+                counters = self.read_counters(
+                    [c for c in case.commands if isinstance(c, CheckCounter)], thrift
+                )
             finally:
                 proc.terminate()
                 proc.wait(10)
@@ -218,18 +238,6 @@ class Bmv2Runner:
                 if path.exists() and path.stat().st_size > 24:
                     emitted[p] = read_pcap(path)
         return compare(case, emitted, counters, len(packets))
-
-    @staticmethod
-    def _wait_thrift(port: int, proc: subprocess.Popen[bytes], errors: Path) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"simple_switch exited: {errors.read_text().strip()}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise TimeoutError("simple_switch did not open its thrift port in 10 s")
 
     @staticmethod
     def _wait_output_settled(d: Path, ports: set[int], n_in: int, timeout: float) -> None:
@@ -247,14 +255,17 @@ class Bmv2Runner:
             last = size
             time.sleep(1.0)
 
-    def _read_counters(self, case: StfCase, thrift: int) -> dict[tuple[str, int], tuple[int, int]]:
-        checks = [c for c in case.commands if isinstance(c, CheckCounter)]
+    def read_counters(
+        self, checks: list[CheckCounter], thrift: int
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """{(counter, index): (packets, bytes)} for the counters `checks` name, read with the
+        CLI from the simple_switch on `thrift`."""
         if not checks:
             return {}
         names = {c.counter for c in checks}
         full = {n: self._counter_name(n) for n in names}
         reads = [f"counter_read {full[c.counter]} {c.index}" for c in checks]
-        out = _run_cli(thrift, reads, timeout=30)
+        out = run_cli(thrift, reads, timeout=30)
         values = parse_counter_reads(out)
         return {
             (c.counter, c.index): values.get((full[c.counter], c.index), (-1, -1)) for c in checks

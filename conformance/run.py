@@ -5,8 +5,11 @@
     inaemu conformance --target all -k sum_ -k tree_
     inaemu conformance --cases my_cases/ --target bmv2 --json build/ina.json
 
-Prints one row per case and target, then what failed. Exit status: 0 when every case passed,
-1 when any failed, 2 when the cases or the target cannot be had (the message says why).
+Cases are .stf files (one switch, p4c's STF format) and .mstf files (several switches joined
+by links: stf.py's docstring); on bmv2 a multi-switch case starts one simple_switch per switch
+and the runner relays frames between them. Prints one row per case and target, then what
+failed. Exit status: 0 when every case passed, 1 when any failed, 2 when the cases or the
+target cannot be had (the message says why).
 """
 
 from __future__ import annotations
@@ -21,14 +24,20 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from inaemu.conformance.bmv2_network import Bmv2NetworkRunner
 from inaemu.conformance.bmv2_target import Bmv2Runner, bmv2_available, compile_p4
+from inaemu.conformance.nanomsg import library
+from inaemu.conformance.network import NETWORK_SUFFIX, NetworkCase, load_network, run_network
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import CaseResult, StfCase, StfError, load_stf, run_case
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 TARGETS = ("softswitch", "bmv2")
 FAILURES_SHOWN = 8  # failure lines printed per failed case
-BMV2_PARALLEL = 4  # simple_switch processes at once (each has its own ports and sockets)
+BMV2_PARALLEL = 4  # cases at once on bmv2 (each simple_switch has its own ports and sockets)
+CASE_SUFFIXES = (".stf", NETWORK_SUFFIX)  # one switch; several (network.py)
+
+AnyCase = StfCase | NetworkCase
 
 
 class ConformanceError(Exception):
@@ -49,11 +58,12 @@ class Row:
 
 
 def find_cases(paths: Sequence[Path], names: Sequence[str]) -> list[Path]:
-    """The .stf files under `paths` (files or folders) whose name contains one of `names`."""
+    """The .stf and .mstf files under `paths` (files or folders) whose name contains one of
+    `names`."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found += sorted(path.glob("*.stf"))
+            found += sorted(p for p in path.iterdir() if p.suffix in CASE_SUFFIXES)
         elif path.is_file():
             found.append(path)
         else:
@@ -63,14 +73,25 @@ def find_cases(paths: Sequence[Path], names: Sequence[str]) -> list[Path]:
     if not found:
         where = ", ".join(str(p) for p in paths)
         raise ConformanceError(
-            f"no .stf cases in {where}" + (f" matching {names}" if names else "")
+            f"no .stf or .mstf cases in {where}" + (f" matching {names}" if names else "")
         )
     return found
 
 
-def _runner(target: str, json_path: Path | None) -> Callable[[StfCase], CaseResult]:
+def load_case(path: Path) -> AnyCase:
+    return load_network(path) if path.suffix == NETWORK_SUFFIX else load_stf(path)
+
+
+def run_softswitch(case: AnyCase) -> CaseResult:
+    """A case on fresh in-process softswitches, one per switch of a multi-switch case."""
+    if isinstance(case, NetworkCase):
+        return run_network(case, {sw: SoftswitchTarget() for sw in case.setups})
+    return run_case(case, SoftswitchTarget())
+
+
+def _runner(target: str, json_path: Path | None) -> Callable[[AnyCase], CaseResult]:
     if target == "softswitch":
-        return lambda case: run_case(case, SoftswitchTarget())
+        return run_softswitch
     missing = bmv2_available()
     if missing is not None:
         raise ConformanceError(
@@ -84,15 +105,22 @@ def _runner(target: str, json_path: Path | None) -> Callable[[StfCase], CaseResu
             raise ConformanceError(f"p4c-bm2-ss failed:\n{exc.stderr.strip()[:2000]}") from None
     elif not json_path.is_file():
         raise ConformanceError(f"--json {json_path}: no such file")
-    runner = Bmv2Runner(json_path)
-    return runner.run
+    single, network = Bmv2Runner(json_path), Bmv2NetworkRunner(json_path)
+
+    def run_bmv2(case: AnyCase) -> CaseResult:
+        if isinstance(case, NetworkCase):
+            library()  # a NanomsgError that says what is missing, before any switch starts
+            return network.run(case)
+        return single.run(case)
+
+    return run_bmv2
 
 
 def run(cases: Sequence[Path], targets: Sequence[str], json_path: Path | None) -> list[Row]:
     """Every case on every target; bmv2 runs BMV2_PARALLEL cases at once (each simple_switch
     spends most of a case waiting), the in-process softswitch one at a time."""
     try:
-        parsed = [(p.stem, load_stf(p)) for p in cases]
+        parsed = [(p.stem, load_case(p)) for p in cases]
     except StfError as exc:
         raise ConformanceError(str(exc)) from None
     runners = {t: _runner(t, json_path) for t in targets}
@@ -108,7 +136,7 @@ def run(cases: Sequence[Path], targets: Sequence[str], json_path: Path | None) -
 
 
 def _run_one(
-    target: str, runner: Callable[[StfCase], CaseResult], named: tuple[str, StfCase]
+    target: str, runner: Callable[[AnyCase], CaseResult], named: tuple[str, AnyCase]
 ) -> Row:
     name, case = named
     started = time.monotonic()
@@ -142,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cases",
         type=Path,
         action="append",
-        help=f"a .stf file or a folder of them (repeatable; default {CASES_DIR})",
+        help=f"a .stf or .mstf file or a folder of them (repeatable; default {CASES_DIR})",
     )
     ap.add_argument(
         "-k", dest="names", action="append", default=[], help="only cases whose name contains"

@@ -1,5 +1,6 @@
-"""Packet-level conformance: every conformance/cases/*.stf case against every target, and the
-`inaemu conformance` command that runs them for users."""
+"""Packet-level conformance: every conformance/cases/*.stf and *.mstf case against every target,
+the multi-switch format and runner, and the `inaemu conformance` command that runs them for
+users."""
 
 from __future__ import annotations
 
@@ -8,24 +9,31 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from inaemu.conformance.bmv2_network import Bmv2NetworkRunner
 from inaemu.conformance.bmv2_target import (
     Bmv2Runner,
     bmv2_available,
     compile_p4,
     parse_counter_reads,
 )
-from inaemu.conformance.run import CASES_DIR, Row, main, run
+from inaemu.conformance.network import parse_network, run_network
+from inaemu.conformance.run import CASES_DIR, Row, find_cases, load_case, main, run, run_softswitch
 from inaemu.conformance.softswitch_target import SoftswitchTarget
-from inaemu.conformance.stf import load_stf, run_case
+from inaemu.conformance.stf import StfError, load_stf
 
-CASES = sorted(CASES_DIR.glob("*.stf"))
+CASES = find_cases([CASES_DIR], [])
+NETWORK_CASES = [p for p in CASES if p.suffix == ".mstf"]
 
 
 def test_cases_present() -> None:
     names = {p.stem for p in CASES}
     for required in ("sum_4_workers", "duplicates", "malformed", "tree_leaf", "loss_injection"):
         assert required in names
+    for required in ("tree2_sum", "tree2_lost_partial", "tree2_lost_result", "tree2_rerun"):
+        assert required in names and (CASES_DIR / f"{required}.mstf").is_file()
 
 
 def test_stf_files_current() -> None:
@@ -40,7 +48,7 @@ def test_stf_files_current() -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_softswitch(path: Path) -> None:
-    result = run_case(load_stf(path), SoftswitchTarget())
+    result = run_softswitch(load_case(path))
     assert result.ok, "\n".join(result.failures)
     assert result.packets_in > 0
 
@@ -82,12 +90,12 @@ def test_p4c_emits_the_committed_p4info(bmv2_json: Path) -> None:
 def test_bmv2_cli_commands_for_the_cases() -> None:
     """What the bmv2 target sends to simple_switch_CLI (checked here without bmv2)."""
     runner = Bmv2Runner(Path("unused.json"))
-    cmds = runner._cli_commands(load_stf(CASES_DIR / "ipv4_forwarding.stf"))
+    cmds = runner.cli_commands(load_stf(CASES_DIR / "ipv4_forwarding.stf"))
     assert cmds == [
         "table_add InaIngress.fwd.ipv4_lpm InaIngress.fwd.ipv4_forward 167772162/32 => 2 2",
         "table_add InaIngress.fwd.ipv4_lpm InaIngress.fwd.ipv4_forward 167772160/24 => 170 3",
     ]
-    cmds = runner._cli_commands(load_stf(CASES_DIR / "tree_leaf.stf"))
+    cmds = runner.cli_commands(load_stf(CASES_DIR / "tree_leaf.stf"))
     assert (
         cmds[0] == "table_add InaIngress.agg.ina_job InaIngress.agg.agg_node 1 0 => 0 4 2 1 0 3 1"
     )
@@ -138,3 +146,136 @@ def test_command_refuses_what_it_cannot_run(
     assert main(["--target", "bmv2"]) == 2
     err = capsys.readouterr().err
     assert "not on PATH: p4c-bm2-ss, simple_switch, simple_switch_CLI" in err
+
+
+# ---------------------------------------------------------------------- multi-switch cases
+
+TREE_SUM = (CASES_DIR / "tree2_sum.mstf").read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("add t k:1 a()\n", "outside a switch section"),
+        ("# nothing\n", "no switch section"),
+        ("switch a\nlink a:1 b:1\n", "unknown switch 'b'"),
+        ("switch a\nswitch b\nlink a:1 b:1\nlink a:1 b:2\n", "a:1 is already in use"),
+        ("switch a\nlink a:1 a:1\n", "a link needs two ports"),
+        ("switch a\nswitch b\nlink a:1 b:1\npacket a:1 00\n", "a:1 is linked to b:1"),
+        ("switch a\npacket a:1 00\nlose a:1\n", "not a linked port"),
+        ("switch a\npacket a:1 00\nmc_mgrp_create 1\n", "after the first packet"),
+        ("switch a\npacket a:1 00\nswitch b\n", "come before the first packet"),
+        ("switch a\npacket 1 00\n", "must be <switch>:<port>"),
+        ("switch a\npacket a:x 00\n", "not a number: 'x'"),
+        ("switch a\ncheck_counter b c(1) packets == 1\n", "check_counter <switch>"),
+        ("switch a\nexpect a:1 zz\n", "hex nibbles"),
+    ],
+)
+def test_network_format_refuses_what_it_cannot_run(text: str, message: str) -> None:
+    with pytest.raises(StfError, match=message) as info:
+        parse_network(text, "case.mstf")
+    assert str(info.value).startswith("case.mstf:")
+
+
+def test_single_switch_files_refuse_network_commands() -> None:
+    from inaemu.conformance.stf import parse_stf
+
+    with pytest.raises(StfError, match=r"case.stf:2: 'link' is a multi-switch command.*\.mstf"):
+        parse_stf("# a\nlink a:1 b:1\n", "case.stf")
+
+
+def _broken_tree_sum() -> str:
+    """tree2_sum with one expected byte changed and a loss that no frame uses."""
+    lines = TREE_SUM.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("expect leaf2:2 "))
+    lines[i] = lines[i][:-6] + ("0" if lines[i][-6] != "0" else "1") + lines[i][-5:]
+    return "\n".join([*lines, "lose root:2", ""])
+
+
+BROKEN_TREE_SUM_FAILURES = [
+    "lose root:2: no frame left that port to lose (1 unused)",
+    "leaf2:2: packet #0 differs",
+]
+
+
+def test_a_broken_network_case_fails_on_the_softswitch() -> None:
+    result = run_softswitch(parse_network(_broken_tree_sum(), "broken.mstf"))
+    assert [f.split("\n")[0] for f in result.failures] == BROKEN_TREE_SUM_FAILURES
+
+
+def test_without_its_loss_the_lost_partial_case_fails() -> None:
+    """The loss is what the case is about: without it the root completes at once, so the
+    retransmissions are all answered by the leaves (one copy too many for h1 and h3), no
+    partial is re-sent and the root sees no duplicate."""
+    text = (CASES_DIR / "tree2_lost_partial.mstf").read_text().replace("lose leaf1:3\n", "")
+    failures = run_softswitch(parse_network(text, "no_loss.mstf")).failures
+    assert "root: counter InaIngress.counters.ina_drops(10) packets: expected 1, got 0" in failures
+    assert [f[:29] for f in failures[-2:]] == [
+        "leaf1:1: unexpected packet #1",
+        "leaf2:1: unexpected packet #1",
+    ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(order=st.permutations(range(4)), lost=st.sampled_from([None, "leaf1", "leaf2"]))
+def test_any_send_order_through_the_tree_gives_every_worker_the_sum(
+    order: list[int], lost: str | None
+) -> None:
+    """Whatever order the four workers send in, and with or without one leaf's partial lost
+    on its cable (recovered by a retransmission from that leaf's first worker), every worker
+    gets exactly one copy of the sum, carrying the headers of the frame that completed the
+    root."""
+    from dataclasses import replace
+
+    from inaemu.conformance.network_cases import (
+        UP_PORT,
+        WORKERS,
+        NetCase,
+        partial,
+        result_copy,
+        two_level_tree,
+    )
+    from inaemu.hostlib.wire import Flag
+
+    c = NetCase("order", "property")
+    two_level_tree(c, pool=2)
+    pkts = {w: w.chunk((i + 1, -(10**i)), slot=1, seq=3) for i, w in enumerate(WORKERS)}
+    if lost is not None:
+        c.lose(lost, UP_PORT)
+    sent: list[int] = []
+    last = None
+    for i in order:
+        c.send(WORKERS[i], pkts[WORKERS[i]])
+        sent.append(i)
+        done = [leaf for leaf in ("leaf1", "leaf2") if all(j in sent for j in LEAF_WORKERS[leaf])]
+        if last is None and len(done) == 2 and lost is None:
+            last = pkts[WORKERS[i]]
+    if lost is not None:
+        retx = replace(pkts[WORKERS[LEAF_WORKERS[lost][0]]], flags=int(Flag.RETX))
+        c.send(WORKERS[LEAF_WORKERS[lost][0]], retx)
+        last = partial(retx, (0,), flags=int(Flag.RETX))
+    assert last is not None
+    total = (10, -1111)
+    for w in WORKERS:
+        c.expect(w, result_copy(w, last, total))
+    result = run_network(
+        parse_network(c.text(), "order.mstf"), {sw: SoftswitchTarget() for sw in c.setups}
+    )
+    assert result.ok, "\n".join(result.failures)
+
+
+LEAF_WORKERS = {"leaf1": (0, 1), "leaf2": (2, 3)}
+
+
+def test_command_runs_the_network_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-k", "tree2_"]) == 0
+    out = capsys.readouterr().out
+    assert "tree2_lost_partial     softswitch  pass       8      6" in out
+    assert "4 passed, 0 failed" in out
+
+
+@pytest.mark.bmv2
+@needs_bmv2
+def test_a_broken_network_case_fails_on_bmv2(bmv2_json: Path) -> None:
+    result = Bmv2NetworkRunner(bmv2_json).run(parse_network(_broken_tree_sum(), "broken.mstf"))
+    assert [f.split("\n")[0] for f in result.failures] == BROKEN_TREE_SUM_FAILURES
