@@ -34,8 +34,13 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.collectives.algorithms import algorithm as collective_algorithm
+from inaemu.collectives.check import simulate
+from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.topology import Topology
 from inaemu.hostlib.codecs import CODECS as INA_CODECS
+from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
+from inaemu.hostlib.collective.executor import inceptionn_error_bound
 from inaemu.mininet import compare
 from inaemu.mininet.scenario import Scenario, ScenarioError
 
@@ -173,6 +178,102 @@ class InaOneTree(Ina):
     trees = 1
 
 
+def run_port(spec: RunSpec, base: int) -> int:
+    """A TCP port for this run (`base` + 0..9999): a rerun on the same hosts never meets a
+    socket of the last one still in TIME_WAIT."""
+    return base + spec.run_id % 10_000
+
+
+class Collective(Algorithm):
+    """A host collective of `inaemu.collectives` (the schedule of `collective_name` for the
+    scenario's topology and worker hosts, checked by `collectives.check.simulate`, saved as
+    build/schedule-<name>.json), executed by `python -m inaemu.hostlib.collective.worker` on
+    every host over TCP, peers at the hosts' IP addresses."""
+
+    collective_name: ClassVar[str] = ""
+    # homomorphic codecs: integer sums, bit for bit the switch's; plain and INCEPTIONN: floats
+    codecs = {**{c: "exact" for c in sorted(INA_CODECS)}, "plain": "bound", "inceptionn": "bound"}
+    PORT_BASE = 30_000
+    schedule: Schedule | None = None
+
+    def build(self, topo: Topology, workers: tuple[str, ...]) -> Schedule:
+        """The schedule, proved to all-reduce; ScheduleError if the topology is not one the
+        algorithm supports (the message says which it does)."""
+        sched = collective_algorithm(self.collective_name).schedule(topo, workers)
+        if set(sched.hosts) != set(workers):
+            raise ScheduleError(
+                f"{self.name}: the schedule's hosts {list(sched.hosts)} are not the workers"
+            )
+        simulate(sched)
+        return sched
+
+    def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:
+        why = super().refuse(topo, workers, codec)
+        if why is None:
+            try:
+                self.build(topo, workers)
+            except ScheduleError as exc:
+                return str(exc)
+        return why
+
+    def prepare(self, sc: Scenario, spec: RunSpec) -> dict[str, str]:
+        try:
+            self.schedule = self.build(sc.topology, spec.workers)
+        except ScheduleError as exc:
+            raise ScenarioError(str(exc)) from None
+        path = self.schedule_file(sc)
+        self.schedule.save(path)
+        steps = len(self.schedule.steps)
+        return {"schedule": f"{path.name}: {steps} steps, {self.schedule.n_chunks} chunks"}
+
+    def schedule_file(self, sc: Scenario) -> Path:
+        return sc.run.build / f"schedule-{self.name}.json"
+
+    def error_bound(
+        self, codec: str, n_workers: int, abs_sum: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        if codec == "inceptionn" and self.schedule is not None:  # this schedule's own bound
+            return inceptionn_error_bound(self.schedule, abs_sum, INCEPTIONN_BOUND)
+        return super().error_bound(codec, n_workers, abs_sum)
+
+    def worker_argv(
+        self, sc: Scenario, spec: RunSpec, rank: int, host: str, out: Path
+    ) -> list[str]:
+        assert self.schedule is not None, "prepare() first"
+        port = run_port(spec, self.PORT_BASE)
+        peers = ",".join(f"{sc.host_ip(h)}:{port}" for h in self.schedule.hosts)
+        argv = [sys.executable, "-m", "inaemu.hostlib.collective.worker"]
+        argv += ["--schedule", str(self.schedule_file(sc))]
+        argv += ["--rank", str(self.schedule.hosts.index(host)), "--peers", peers]
+        argv += ["--size", str(spec.size), "--seed", str(spec.seed), "--codec", spec.codec]
+        argv += ["--run", str(spec.run_id), "--timeout", str(spec.timeout), "--out", str(out)]
+        return argv
+
+
+@register
+class Ring(Collective):
+    name = collective_name = "ring"
+    summary = "host ring: reduce-scatter + all-gather over TCP (inaemu.collectives)"
+
+
+@register
+class HalvingDoubling(Collective):
+    name = collective_name = "hd"
+    summary = "halving-doubling (Rabenseifner) over TCP"
+
+
+@register
+class Hdrm(Collective):
+    name = collective_name = "hdrm"
+    summary = "halving-doubling with EFLOPS' rank mapping (BiGraph only) over TCP"
+
+
+@register
+class MultiTree(Collective):
+    name = collective_name = "multitree"
+    summary = "MULTITREE: one tree per rank under per-step link constraints, over TCP"
+
+
 @register
 class Gloo(Algorithm):
     """PyTorch's `torch.distributed.all_reduce` with the gloo backend between the worker hosts
@@ -182,7 +283,7 @@ class Gloo(Algorithm):
     name = "gloo"
     summary = "torch.distributed.all_reduce, gloo backend, TCP between the hosts"
     codecs = {"int32": "exact", "plain": "bound"}
-    PORTS = (20000, 30000)  # the rendezvous port: one per run, so a rerun never meets the last
+    PORT_BASE = 20_000  # the rendezvous' port: run_port
 
     def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:
         why = super().refuse(topo, workers, codec)
@@ -190,16 +291,12 @@ class Gloo(Algorithm):
             return "gloo needs PyTorch in the venv (make installs its CPU build)"
         return why
 
-    def port(self, spec: RunSpec) -> int:
-        low, high = self.PORTS
-        return low + spec.run_id % (high - low)
-
     def worker_argv(
         self, sc: Scenario, spec: RunSpec, rank: int, host: str, out: Path
     ) -> list[str]:
         argv = [sys.executable, "-m", "inaemu.mininet.gloo_worker", "--rank", str(rank)]
         argv += ["--workers", str(len(spec.workers)), "--master", sc.host_ip(spec.workers[0])]
-        argv += ["--port", str(self.port(spec)), "--local-ip", sc.host_ip(host)]
+        argv += ["--port", str(run_port(spec, self.PORT_BASE)), "--local-ip", sc.host_ip(host)]
         argv += ["--size", str(spec.size), "--seed", str(spec.seed), "--codec", spec.codec]
         argv += ["--timeout", str(spec.timeout), "--out", str(out)]
         return argv

@@ -721,7 +721,8 @@ def run_scenario(args: argparse.Namespace) -> int:
     if single:
         _report_single(runs[0], rows[0], first["completion_measured"], args, say)
     else:
-        _report_comparison(rows, run, args, say)
+        title = f"{label} on {args.switch}{shaped}, codec {args.codec}"
+        _report_comparison(rows, run, args, say, title=title)
     if any(capture_missed.values()):
         say(f"note: tcpdump missed frames (the pcaps are incomplete): {capture_missed}")
     say(f"run dir: {run.root} (summary.json, build/, logs/{', pcaps/' if args.pcap else ''})")
@@ -762,7 +763,9 @@ def _report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, s
         )
 
 
-def _report_comparison(rows: list[Row], run: RunDir, args: argparse.Namespace, say: Any) -> None:
+def _report_comparison(
+    rows: list[Row], run: RunDir, args: argparse.Namespace, say: Any, *, title: str
+) -> None:
     """Several runs: one table, what its columns count, the plot, the problems."""
     for line in render_comparison(rows):
         say(line)
@@ -775,9 +778,7 @@ def _report_comparison(rows: list[Row], run: RunDir, args: argparse.Namespace, s
     )
     if len(args.sizes or []) > 1:
         try:
-            path = plot_completion(
-                rows, run.root / "completion.png", title=f"{args.topo or 'topology'}, {args.codec}"
-            )
+            path = plot_completion(rows, run.root / "completion.png", title=title)
             say(f"completion time against size: {path}")
         except RuntimeError as exc:
             say(f"no plot: {exc}")

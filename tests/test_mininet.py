@@ -98,11 +98,11 @@ def test_link_options_become_tclink_parameters() -> None:
 
 
 def test_algorithm_registry() -> None:
-    assert {"ina", "ina-1tree"} <= set(ALGORITHMS)
+    assert {"ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "gloo"} <= set(ALGORITHMS)
     assert getattr(algorithm("ina"), "trees", None) == 0
     assert getattr(algorithm("ina-1tree"), "trees", None) == 1
-    with pytest.raises(ValueError, match=r"unknown algorithm 'ring'.*ina, ina-1tree"):
-        algorithm("ring")
+    with pytest.raises(ValueError, match=r"unknown algorithm 'rings'.*ina, ina-1tree"):
+        algorithm("rings")
 
     class Again(Algorithm):
         name = "ina"
