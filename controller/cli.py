@@ -1,6 +1,7 @@
 """`inaemu`: the command line.
 
     inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
+    inaemu demo --topo leaf-spine:2x2x2 --algo all      # INA vs host collectives, one table
     inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]  (python -m inaemu.softswitch)
     inaemu conformance [--target softswitch|bmv2|all] [--cases DIR] [-k NAME]
     inaemu mininet --topo star:4|leaf-spine:2x2x2 [--switch softswitch|bmv2] [--algo ina] ...
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import finsy as fy
 
+from inaemu.controller.compare import parse_algos
 from inaemu.controller.demo import TOPO_SIZE, DemoOptions, main_demo
 from inaemu.controller.draw import DrawError
 from inaemu.controller.jobs import (
@@ -415,7 +417,7 @@ def cmd_topo_show(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     topo = args.topo
     workers = args.workers if args.workers is not None else (0 if topo else 4)
-    size = args.size if args.size is not None else (TOPO_SIZE if topo else 2_000_000)
+    size = args.size if args.size is not None else (TOPO_SIZE if topo or args.algo else 2_000_000)
     if not topo and args.trees not in (0, 1):
         raise ValueError("--trees needs --topo (one switch has one tree)")
     return main_demo(
@@ -433,6 +435,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             topo=topo,
             trees=args.trees,
+            algos=parse_algos(args.algo) if args.algo else (),
+            mtu=args.mtu,
         )
     )
 
@@ -482,6 +486,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without progress before a worker gives up",
     )
     d.add_argument("--no-progress", action="store_true")
+    d.add_argument(
+        "--algo",
+        help="compare on the same network, one after the other: ina,ring,hd,hdrm,multitree "
+        "(a list) or all; every result verified, one table (controller/compare.py)",
+    )
+    d.add_argument(
+        "--mtu",
+        type=int,
+        default=1500,
+        help="with --algo: IPv4 packet bytes of the host collectives' frames (default 1500)",
+    )
     d.set_defaults(func=cmd_demo)
 
     s = sub.add_parser(

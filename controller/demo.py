@@ -299,14 +299,22 @@ async def _program(topo: Topology, opts: DemoOptions) -> Controller:
 
 
 async def _program_topology(
-    topo: Topology, spec: JobSpec, workers: Sequence[str], loss: float
-) -> tuple[Controller, JobRecord]:
-    """Connect to every switch, push the pipeline, install the job on all of them in one
-    change; with `loss`, inject it on every port in use (workers' and links')."""
+    topo: Topology,
+    spec: JobSpec | None,
+    workers: Sequence[str],
+    loss: float,
+    *,
+    routes: bool = False,
+) -> tuple[Controller, JobRecord | None]:
+    """Connect to every switch, push the pipeline, install the job (if any) on all of them in
+    one change, and with `routes` the /32 route to every host on every switch; with `loss`,
+    inject it on every port in use (workers' and links')."""
     ctl = Controller(topo, push_pipeline=True)
     try:
         await ctl.connect()
-        record = await ctl.add_job(spec)
+        if routes:
+            await ctl.install_routes()
+        record = await ctl.add_job(spec) if spec is not None else None
         if loss > 0:
             adj = topo.adjacency()
             for name in topo.switches:
@@ -478,6 +486,7 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
             ctl, record = loop.run_until_complete(_program_topology(topo, spec, workers, opts.loss))
         except (JobError, ControllerError) as exc:
             raise DemoError(str(exc)) from None
+        assert record is not None
         seats = []
         for host in workers:
             sw, port = topo.host_attachment(host)
@@ -517,6 +526,10 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
 
 
 def main_demo(opts: DemoOptions) -> int:
+    if opts.algos:  # the comparison of INA and the host collectives
+        from inaemu.controller.compare import main_compare
+
+        return main_compare(opts)
     try:
         report = run_demo(opts)
     except DemoError as exc:

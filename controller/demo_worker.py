@@ -8,16 +8,20 @@ laptop that is seconds of start-up saved.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event as MpEvent
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from inaemu.hostlib.worker import digest, worker_input
+
+if TYPE_CHECKING:
+    from inaemu.hostlib.client import InaClient
 
 JOB_ID = 1
 
@@ -38,6 +42,8 @@ class DemoOptions:
     run: int | None = None  # the workers' run id; None: the parent draws a fresh one
     topo: str | None = None  # a compact spec (leaf-spine:2x2x4) or topology file; None: star
     trees: int = 0  # aggregation trees with a topology (0: one per root candidate)
+    algos: tuple[str, ...] = ()  # the comparison (controller/compare.py): ina and schedules
+    mtu: int = 1500  # the comparison: IPv4 packet bytes of the host collectives' frames
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,33 @@ def verify(opts: DemoOptions, result: npt.NDArray[Any]) -> tuple[bool, float, fl
     return check(reference(opts), result)
 
 
+def ina_client(
+    opts: DemoOptions, seat: Seat, on_progress: Callable[[int], None] | None = None
+) -> InaClient:
+    """The INA client of the worker at `seat`, on its loopback wire in `opts.wire_dir`."""
+    from inaemu.hostlib.client import InaClient
+    from inaemu.hostlib.transport import LoopbackWireTransport
+    from inaemu.hostlib.wire import Endpoint
+
+    transport = LoopbackWireTransport(
+        seat.port,
+        str(opts.wire_dir),
+        switch_name=seat.switch,
+        host=Endpoint(*seat.host) if seat.host else None,
+        switch=Endpoint(*seat.agg) if seat.agg else None,
+    )
+    return InaClient(
+        transport,
+        job_id=JOB_ID,
+        window=opts.window,
+        n_workers=opts.workers,
+        n_trees=seat.n_trees,
+        run=opts.run or 0,  # the parent's, the same for every worker
+        give_up_after=opts.timeout,
+        on_progress=on_progress,
+    )
+
+
 def run_worker(
     rank: int,
     opts: DemoOptions,
@@ -126,10 +159,8 @@ def run_worker(
 ) -> None:
     """One worker process: attach to its switch port, wait for `go`, all-reduce its input,
     report (checked here, or with the result for the parent to check)."""
-    from inaemu.hostlib.client import InaClient, InaError
+    from inaemu.hostlib.client import InaError
     from inaemu.hostlib.codecs import make_codec
-    from inaemu.hostlib.transport import LoopbackWireTransport
-    from inaemu.hostlib.wire import Endpoint
 
     seat = seat or Seat(port=rank + 1)
     try:
@@ -139,23 +170,7 @@ def run_worker(
             with done.get_lock():
                 done.value += n
 
-        transport = LoopbackWireTransport(
-            seat.port,
-            str(opts.wire_dir),
-            switch_name=seat.switch,
-            host=Endpoint(*seat.host) if seat.host else None,
-            switch=Endpoint(*seat.agg) if seat.agg else None,
-        )
-        client = InaClient(
-            transport,
-            job_id=JOB_ID,
-            window=opts.window,
-            n_workers=opts.workers,
-            n_trees=seat.n_trees,
-            run=opts.run or 0,  # the parent's, the same for every worker
-            give_up_after=opts.timeout,
-            on_progress=progress,
-        )
+        client = ina_client(opts, seat, progress)
         if ready is not None:
             with ready.get_lock():
                 ready.value += 1
