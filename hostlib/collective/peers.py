@@ -21,7 +21,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from queue import SimpleQueue
 from typing import Protocol
 
@@ -201,11 +201,13 @@ HELLO_MAGIC = b"INACOLL1"
 _HELLO = struct.Struct("<8sIII32s")
 # every frame after the hello: kind, body bytes
 _FRAME = struct.Struct("<BQ")
-DATA, BYE, ABORT = 0, 1, 2  # frame kinds: a message; "I am done"; "rank r failed: why"
+# frame kinds: a message; "I am done"; "rank r failed: why"; "what are you doing?"; its answer
+DATA, BYE, ABORT, PING, PONG = 0, 1, 2, 3, 4
 _ABORT = struct.Struct("<i")  # the failed rank (-1: none), then the reason in UTF-8
+_PONG = struct.Struct("<id")  # the rank a recv waits on (-1: none), seconds it has waited
 MAX_MESSAGE = 1 << 34  # a longer frame is garbage, not a message
 HELLO_WAIT = 5.0  # seconds an accepted connection has to say hello
-ABORT_GRACE = 0.5  # seconds a timed-out recv waits for another rank's failure report
+ABORT_GRACE = 0.5  # seconds a timed-out recv waits for a ping's answer or a failure report
 LINGER = 2.0  # seconds close() waits for the peers' goodbyes
 SEND_PIECE = 1 << 20
 SMALL = 1 << 16  # frames up to this size go out in one send with their header
@@ -265,6 +267,9 @@ class TcpPeers:
         self._sent, self._received = [0] * n, [0] * n
         self.wire_sent, self.wire_received = [0] * n, [0] * n
         self._failure: PeerError | None = None
+        self._last_rx = [0.0] * n  # monotonic time of the last bytes from each rank
+        self._pong: list[tuple[int, float] | None] = [None] * n  # (waits on, waited seconds)
+        self._waiting: tuple[int, float] | None = None  # (rank, since) a recv waits on
         self._closing = False
         self._closed = False
         self._socks: list[socket.socket | None] = [None] * n
@@ -319,46 +324,87 @@ class TcpPeers:
         self._outbox[dst].put((DATA, data))
 
     def recv(self, src: int, timeout: float) -> bytearray:
+        """Rank `src`'s next message. The wait ends `timeout` seconds after the later of the
+        call and the last bytes that came from `src` (a long message still arriving is not a
+        stall). Then `src` is asked what it is doing (PING): no answer within ABORT_GRACE,
+        it is blamed; if it answers that it waits on another rank, that rank's own timeout
+        comes first and its report (ABORT) is awaited instead, at most one more `timeout`."""
         self._check(src)
         start = time.monotonic()
-        deadline = start + timeout
-        inbox = self._inbox[src]
         with self._cond:
-            while True:
-                if self._failure is not None:
-                    raise self._failure
-                if inbox:
-                    return self._take(src)
-                if self._finished[src]:
-                    raise self._fail(
-                        PeerError(
-                            f"{self.who(src)} finished and closed with no message left for "
-                            f"rank {self._rank}: do all ranks run the same schedule and calls?",
-                            rank=src,
-                            address=format_address(self.addresses[src]),
-                        )
+            self._waiting = (src, start)  # what a ping from another rank is told
+            msg = self._wait_for(src, lambda: max(start, self._last_rx[src]) + timeout)
+            if msg is not None:
+                return msg
+            self._pong[src] = None
+        self._outbox[src].put((PING, b""))
+        with self._cond:
+            asked = time.monotonic()
+            msg = self._wait_for(
+                src, lambda: asked + min(ABORT_GRACE, timeout), until=lambda: self._pong[src]
+            )
+            if msg is not None:
+                return msg
+            pong = self._pong[src]
+            if pong is None:
+                what = (
+                    f"no message for rank {self._rank} in {asked - start:.1f} s, and no answer "
+                    f"to a ping: stopped or hung?"
+                )
+            else:
+                waits_on, waited = pong
+                if 0 <= waits_on < self._n and waits_on != self._rank:
+                    # its own wait on `waits_on` ends first; its report names the culprit
+                    report_by = time.monotonic() + max(0.0, timeout - waited) + 2 * ABORT_GRACE
+                    msg = self._wait_for(src, lambda: min(report_by, asked + timeout))
+                    if msg is not None:
+                        return msg
+                    what = (
+                        f"no message for rank {self._rank} in {time.monotonic() - start:.1f}"
+                        f" s; it waits on {self.who(waits_on)}, which was not reported"
                     )
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            # Timed out: the rank that stalled may be another one that `src` waits on; its
-            # report (an ABORT) names it, so give it a moment to arrive.
-            grace = time.monotonic() + min(ABORT_GRACE, timeout)
-            while self._failure is None and not inbox and time.monotonic() < grace:
-                self._cond.wait(grace - time.monotonic())
+                elif waits_on == self._rank:
+                    what = (
+                        f"waits on rank {self._rank}, which waits on it: do all ranks run "
+                        f"the same schedule and calls?"
+                    )
+                else:
+                    what = (
+                        f"alive, but sent no message for rank {self._rank} in "
+                        f"{asked - start:.1f} s (busy, or not running the same calls?)"
+                    )
+            self._waiting = None
+        raise self._fail(self._peer_error(src, what))
+
+    def _wait_for(
+        self,
+        src: int,
+        deadline: Callable[[], float],
+        until: Callable[[], object] = lambda: None,
+    ) -> bytearray | None:
+        """With the lock held: `src`'s next message, or None once `deadline()` passed or
+        `until()` is true; raises the channel's failure, or PeerError if `src` finished."""
+        inbox = self._inbox[src]
+        while True:
             if self._failure is not None:
+                self._waiting = None
                 raise self._failure
             if inbox:
+                self._waiting = None
                 return self._take(src)
-        raise self._fail(
-            PeerError(
-                f"{self.who(src)}: no message for rank {self._rank} within "
-                f"{time.monotonic() - start:.1f} s: it stalled, or waits on a rank that did",
-                rank=src,
-                address=format_address(self.addresses[src]),
-            )
-        )
+            if self._finished[src]:
+                self._waiting = None
+                raise self._fail(
+                    self._peer_error(
+                        src,
+                        f"finished and closed with no message left for rank {self._rank}: do "
+                        "all ranks run the same schedule and calls?",
+                    )
+                )
+            left = deadline() - time.monotonic()
+            if left <= 0 or until():
+                return None
+            self._cond.wait(left)
 
     def flush(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
@@ -501,17 +547,22 @@ class TcpPeers:
     def _recv_loop(self, peer: int, sock: socket.socket) -> None:
         try:
             while True:
-                head = self._read(sock, _FRAME.size)
+                head = self._read(sock, _FRAME.size, peer)
                 kind, size = _FRAME.unpack(head)
-                if kind not in (DATA, BYE, ABORT) or size > MAX_MESSAGE:
+                if kind not in (DATA, BYE, ABORT, PING, PONG) or size > MAX_MESSAGE:
                     raise ValueError(f"sent a frame of kind {kind}, {size} bytes")
-                body = self._read(sock, size) if size else bytearray()
+                body = self._read(sock, size, peer) if size else bytearray()
                 with self._cond:
                     self.wire_received[peer] += _FRAME.size + size
                     if kind == DATA:
                         self._inbox[peer].append(body)
                     elif kind == BYE:
                         self._finished[peer] = True
+                    elif kind == PONG:
+                        self._pong[peer] = _PONG.unpack_from(body)
+                    elif kind == PING:
+                        on, since = self._waiting or (-1, time.monotonic())
+                        self._outbox[peer].put((PONG, _PONG.pack(on, time.monotonic() - since)))
                     self._cond.notify_all()
                 if kind == BYE:
                     return
@@ -541,7 +592,7 @@ class TcpPeers:
                     return
             self._fail(self._peer_error(peer, f"connection failed ({exc})"))
 
-    def _read(self, sock: socket.socket, n: int) -> bytearray:
+    def _read(self, sock: socket.socket, n: int, peer: int) -> bytearray:
         """Exactly n bytes; EOFError at the end of the stream, _Stop when closing."""
         buf = bytearray(n)
         view = memoryview(buf)
@@ -558,6 +609,7 @@ class TcpPeers:
                     raise _Stop()
                 raise EOFError
             got += k
+            self._last_rx[peer] = time.monotonic()
         return buf
 
     # -- the mesh
