@@ -191,7 +191,7 @@ class Cables:
 
 def run_network(case: NetworkCase, targets: Mapping[str, Target]) -> CaseResult:
     """Run a case over synchronous targets (one per switch): each Send is carried hop by hop,
-    breadth first, until no frame is left in flight."""
+    breadth first, until no frame is left in flight; counters are read after the last one."""
     for sw, setup in case.setups.items():
         run_setup(setup, targets[sw])
     cables = Cables(case)
@@ -201,12 +201,7 @@ def run_network(case: NetworkCase, targets: Mapping[str, Target]) -> CaseResult:
     for step in case.steps:
         if isinstance(step, Lose):
             cables.lose(step.at)
-        elif isinstance(step, Check):
-            c = step.check
-            counters[(step.switch, c.counter, c.index)] = targets[step.switch].read_counter(
-                c.counter, c.index
-            )
-        else:
+        elif isinstance(step, Send):
             flight = deque([(step.at, step.data)])
             relays = 0
             while flight:
@@ -226,6 +221,11 @@ def run_network(case: NetworkCase, targets: Mapping[str, Target]) -> CaseResult:
                         f"{MAX_RELAYS} relays (a forwarding loop)"
                     )
                     break
+    for check in case.checks:
+        c = check.check
+        counters[(check.switch, c.counter, c.index)] = targets[check.switch].read_counter(
+            c.counter, c.index
+        )
     return compare_network(case, emitted, counters, failures + cables.unused())
 
 

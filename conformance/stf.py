@@ -34,10 +34,11 @@ switches joined by links, in the same words:
 
 Every switch is set up before the first packet (table and multicast commands come before it).
 A port is either linked (switch to switch) or a host port; `packet` and `expect` name host
-ports, `lose` a linked one. The runner is the cables: each `packet` runs until the network is
-quiet (every frame a switch sends out of a linked port is delivered into the peer's port, the
-frames out of host ports are collected), then the next command runs. So a case's packets are
-hosts' sends one at a time, as in a single-switch case; `lose` is a frame lost on a cable
+ports, `lose` a linked one. Counters are read after the last packet, on both targets, wherever
+the check_counter lines are. The runner is the cables: each `packet` runs until the network
+is quiet (every frame a switch sends out of a linked port is delivered into the peer's port,
+the frames out of host ports are collected), then the next command runs. So a case's packets
+are hosts' sends one at a time, as in a single-switch case; `lose` is a frame lost on a cable
 between switches (the sender counts it in port_tx, the peer never sees it), and a `lose` that
 no frame used fails the case. Frames out of host ports are matched against that port's
 expectations in order, as above.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,20 @@ from inaemu.conformance.bmv2_target import (
     compile_p4,
     parse_counter_reads,
 )
+from inaemu.conformance.nanomsg import NanomsgError
 from inaemu.conformance.network import parse_network, run_network
+from inaemu.conformance.network_cases import (
+    UP_PORT,
+    WORKERS,
+    NetCase,
+    partial,
+    result_copy,
+    two_level_tree,
+)
 from inaemu.conformance.run import CASES_DIR, Row, find_cases, load_case, main, run, run_softswitch
 from inaemu.conformance.softswitch_target import SoftswitchTarget
-from inaemu.conformance.stf import StfError, load_stf
+from inaemu.conformance.stf import StfError, load_stf, parse_stf
+from inaemu.hostlib.wire import Flag
 
 CASES = find_cases([CASES_DIR], [])
 NETWORK_CASES = [p for p in CASES if p.suffix == ".mstf"]
@@ -178,8 +189,6 @@ def test_network_format_refuses_what_it_cannot_run(text: str, message: str) -> N
 
 
 def test_single_switch_files_refuse_network_commands() -> None:
-    from inaemu.conformance.stf import parse_stf
-
     with pytest.raises(StfError, match=r"case.stf:2: 'link' is a multi-switch command.*\.mstf"):
         parse_stf("# a\nlink a:1 b:1\n", "case.stf")
 
@@ -216,6 +225,9 @@ def test_without_its_loss_the_lost_partial_case_fails() -> None:
     ]
 
 
+LEAF_WORKERS = {"leaf1": (0, 1), "leaf2": (2, 3)}  # indexes into WORKERS
+
+
 @settings(max_examples=25, deadline=None)
 @given(order=st.permutations(range(4)), lost=st.sampled_from([None, "leaf1", "leaf2"]))
 def test_any_send_order_through_the_tree_gives_every_worker_the_sum(
@@ -225,18 +237,6 @@ def test_any_send_order_through_the_tree_gives_every_worker_the_sum(
     on its cable (recovered by a retransmission from that leaf's first worker), every worker
     gets exactly one copy of the sum, carrying the headers of the frame that completed the
     root."""
-    from dataclasses import replace
-
-    from inaemu.conformance.network_cases import (
-        UP_PORT,
-        WORKERS,
-        NetCase,
-        partial,
-        result_copy,
-        two_level_tree,
-    )
-    from inaemu.hostlib.wire import Flag
-
     c = NetCase("order", "property")
     two_level_tree(c, pool=2)
     pkts = {w: w.chunk((i + 1, -(10**i)), slot=1, seq=3) for i, w in enumerate(WORKERS)}
@@ -264,9 +264,6 @@ def test_any_send_order_through_the_tree_gives_every_worker_the_sum(
     assert result.ok, "\n".join(result.failures)
 
 
-LEAF_WORKERS = {"leaf1": (0, 1), "leaf2": (2, 3)}
-
-
 def test_command_runs_the_network_cases(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-k", "tree2_"]) == 0
     out = capsys.readouterr().out
@@ -279,3 +276,19 @@ def test_command_runs_the_network_cases(capsys: pytest.CaptureFixture[str]) -> N
 def test_a_broken_network_case_fails_on_bmv2(bmv2_json: Path) -> None:
     result = Bmv2NetworkRunner(bmv2_json).run(parse_network(_broken_tree_sum(), "broken.mstf"))
     assert [f.split("\n")[0] for f in result.failures] == BROKEN_TREE_SUM_FAILURES
+
+
+def test_packet_socket_says_when_libnanomsg_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ctypes
+
+    from inaemu.conformance import nanomsg
+
+    def no_library(name: str, use_errno: bool = False) -> ctypes.CDLL:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(nanomsg, "_lib", None)
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    with pytest.raises(NanomsgError, match=r"cannot load libnanomsg .*Debian: libnanomsg5"):
+        nanomsg.library()
