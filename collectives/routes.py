@@ -58,7 +58,7 @@ class FlowRoutes:
             home_a, home_b = self.home(a), self.home(b)
             path: list[Link] = [(a, home_a)]
             sw = home_a
-            for _ in range(len(self.topo.switches)):
+            for _ in range(len(self.topo.switches)):  # a shortest path: fewer hops
                 if sw == home_b:
                     break
                 port = self.router.port_towards(sw, home_b)
@@ -67,6 +67,8 @@ class FlowRoutes:
                 peer = self.adjacency[sw][port][0]
                 path.append((sw, peer))
                 sw = peer
+            else:
+                raise RouteError(f"the route from {a} to {b} does not reach {home_b}")
             path.append((home_b, b))
             self._links[key] = tuple(path)
         return self._links[key]
