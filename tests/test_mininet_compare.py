@@ -1,0 +1,331 @@
+"""Every allreduce algorithm side by side on one Mininet network (`inaemu mininet --algo all`),
+and the parts of the comparison that need no network: the registry, argument errors, result
+checks and their error bounds, the rows, the table and the plot.
+
+The scenario (root) runs every algorithm on a star of four hosts through the softswitch and
+checks that the table has a verified row for each one that can run there (hdrm is refused
+on a star, with the reason), that every host's traffic crossed the switch, and that nothing
+of the network is left. It is skipped only where network namespaces cannot be made or
+Mininet cannot be installed (the reason is printed with -ra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inaemu.controller.topology import Topology, from_spec, star
+from inaemu.hostlib.wire import FRAME_BYTES, K
+from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
+from inaemu.mininet.compare import (
+    CHECKS,
+    TABLE_HEADER,
+    Verdict,
+    check_results,
+    error_bound,
+    make_row,
+    plot_completion,
+    render_table,
+)
+from inaemu.mininet.run import algo_names, choose, main, parse_sizes
+from inaemu.mininet.scenario import LinkUse
+from tests.test_mininet import assert_removed, mininet, mininet_ready  # noqa: F401 (fixture)
+
+STAR4 = ("h1", "h2", "h3", "h4")
+
+
+# ---------------------------------------------------------------------- the registry
+
+
+def test_every_algorithm_says_what_it_runs() -> None:
+    assert list(ALGORITHMS) == ["ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "gloo"]
+    for name, cls in ALGORITHMS.items():
+        algo = algorithm(name)
+        assert cls.summary and algo.codecs, name
+        assert set(algo.codecs) <= set(CODECS) and set(algo.codecs.values()) <= set(CHECKS)
+        assert algo.check("int32") == "exact", name  # every algorithm sums integers exactly
+
+
+def test_what_each_algorithm_refuses() -> None:
+    topo = from_spec("star:4")
+    assert algorithm("ina").refuse(topo, STAR4, "int32") is None
+    assert "does not run codec plain" in str(algorithm("ina").refuse(topo, STAR4, "plain"))
+    assert "does not run codec inceptionn" in str(
+        algorithm("gloo").refuse(topo, STAR4, "inceptionn")
+    )
+    assert algorithm("gloo").refuse(topo, STAR4, "plain") is None
+    for name in ("ring", "hd", "multitree"):
+        assert algorithm(name).refuse(topo, STAR4, "inceptionn") is None, name
+    assert "supports bigraph" in str(algorithm("hdrm").refuse(topo, STAR4, "int32"))
+    bigraph = from_spec("bigraph:2x4")
+    workers = tuple(sorted(bigraph.hosts, key=lambda h: int(h[1:])))
+    assert algorithm("hdrm").refuse(bigraph, workers, "int32") is None
+
+
+def test_a_collective_worker_gets_its_schedule_rank_and_every_peer(tmp_path: Path) -> None:
+    """The schedule names the host of each rank: a worker's --rank and the --peers order are
+    the schedule's (HDRM maps ranks to hosts in an order of its own)."""
+    topo = from_spec("bigraph:2x4")
+    workers = tuple(sorted(topo.hosts, key=lambda h: int(h[1:])))
+    algo = algorithm("hdrm")
+    assert isinstance(algo, Collective)
+    sc: Any = SimpleNamespace(
+        topology=topo, run=SimpleNamespace(build=tmp_path), host_ip=lambda h: topo.hosts[h].ip
+    )
+    spec = RunSpec(workers, size=1000, codec="plain", seed=3, run_id=77, window=64, timeout=5)
+    facts = algo.prepare(sc, spec)
+    assert "steps" in facts["schedule"] and (tmp_path / "schedule-hdrm.json").is_file()
+    assert algo.schedule is not None
+    for host in workers:
+        argv = algo.worker_argv(sc, spec, workers.index(host), host, tmp_path / "x.npy")
+        opt = dict(zip(argv[3::2], argv[4::2], strict=False))
+        rank = int(opt["--rank"])
+        assert algo.schedule.hosts[rank] == host
+        peers = opt["--peers"].split(",")
+        assert [p.split(":")[0] for p in peers] == [topo.hosts[h].ip for h in algo.schedule.hosts]
+        assert len({p.split(":")[1] for p in peers}) == 1
+        assert opt["--run"] == "77" and opt["--codec"] == "plain"
+
+
+# ---------------------------------------------------------------------- arguments
+
+
+def test_algorithm_lists() -> None:
+    assert algo_names("all") == list(ALGORITHMS)
+    assert algo_names("ina, ring,gloo") == ["ina", "ring", "gloo"]
+    with pytest.raises(ValueError, match="unknown algorithm 'rign'"):
+        algo_names("ina,rign")
+    for bad in ("ina,ina", "ina,,ring", ""):
+        with pytest.raises(ValueError):
+            algo_names(bad)
+    topo = from_spec("star:4")
+    chosen, skipped = choose("all", topo, STAR4, "int32")
+    assert [a.name for a in chosen] == [n for n in ALGORITHMS if n != "hdrm"]
+    assert "supports bigraph" in skipped["hdrm"]
+    with pytest.raises(ValueError, match=r"--algo hdrm: hdrm does not run on a star"):
+        choose("ina,hdrm", topo, STAR4, "int32")
+    with pytest.raises(ValueError, match="no algorithm runs here"):
+        choose("all", from_spec("star:4"), STAR4, "sketch-compact-nope")
+
+
+def test_sizes() -> None:
+    assert parse_sizes("256K,1M,4M") == [256 << 10, 1 << 20, 4 << 20]
+    assert parse_sizes("1000") == [1000]
+    for bad in ("1K,1K", "1K,", "1K,x"):
+        with pytest.raises(Exception, match=r"twice|bad size"):
+            parse_sizes(bad)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algo", "ina,ina"], "name each algorithm once"),
+        (["--algo", "ring,nope"], "unknown algorithm 'nope'"),
+        (["--algo", "hdrm"], "hdrm does not run on a star topology; it supports bigraph"),
+        (["--algo", "ina,gloo", "--codec", "inceptionn"], "does not run codec inceptionn"),
+        (["--sizes", "1K,1K"], "a size is named twice"),
+        (["--size", "1K", "--sizes", "2K,4K"], "not allowed with argument"),
+    ],
+)
+def test_argument_errors_are_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before anything is built (no root needed)."""
+    try:
+        rc = main(["--topo", "star:4", "--no-install", *argv])
+    except SystemExit as exc:  # argparse's own errors
+        rc = int(str(exc.code))
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err, err
+    assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------------- checks
+
+
+def floats(n: int, size: int, seed: int) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(size) * 10.0 ** rng.integers(-3, 3)).astype(np.float32)
+            for _ in range(n)]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 9),
+    size=st.integers(1, 300),
+    seed=st.integers(0, 2**32 - 1),
+    order_seed=st.integers(0, 2**32 - 1),
+)
+def test_float32_sums_in_any_order_meet_the_plain_bound(
+    n: int, size: int, seed: int, order_seed: int
+) -> None:
+    """Whatever order a collective adds float32 inputs in (a different one per element,
+    pairwise or sequential), its result is within `error_bound("plain", ...)` of the exact
+    sum, and the check accepts it."""
+    xs = floats(n, size, seed)
+    sum64 = np.sum(np.array(xs, dtype=np.float64), axis=0)
+    abs_sum = np.sum(np.abs(np.array(xs, dtype=np.float64)), axis=0)
+    rng = np.random.default_rng(order_seed)
+    got = np.empty(size, np.float32)
+    for i in range(size):
+        terms = [x[i] for x in rng.permutation(np.array(xs))]
+        while len(terms) > 1:  # combine two random partial sums, in float32
+            a = terms.pop(int(rng.integers(len(terms))))
+            b = terms.pop(int(rng.integers(len(terms))))
+            terms.append(np.float32(a + b))
+        got[i] = terms[0]
+    bound = error_bound("plain", n, abs_sum)
+    assert np.all(np.abs(got.astype(np.float64) - sum64) <= bound)
+    verdict = check_results({"h1": got, "h2": got.copy()}, check="bound", exact=None,
+                            sum64=sum64, bound=bound)  # fmt: skip
+    assert verdict.problems == []
+
+
+def test_results_are_checked_exactly_or_within_the_bound() -> None:
+    exact = np.arange(10, dtype=np.int32)
+    sum64 = exact.astype(np.float64)
+    ok = check_results({"h1": exact.copy(), "h2": exact.copy(), "h3": None}, check="exact",
+                       exact=exact, sum64=sum64)  # fmt: skip
+    assert ok.problems == [] and ok.max_abs_error == 0.0
+    wrong = exact.copy()
+    wrong[4] += 1
+    bad = check_results({"h1": exact, "h2": wrong}, check="exact", exact=exact, sum64=sum64)
+    assert bad.max_abs_error == 1.0
+    assert any("h2: 1 of 10 elements wrong (first at 4" in p for p in bad.problems)
+    assert any("differs from h1's" in p for p in bad.problems)
+    floats32 = sum64.astype(np.float32)
+    bound = np.full(10, 0.5)
+    near = floats32 + np.float32(0.25)
+    within = check_results({"h1": near, "h2": near.copy()}, check="bound", exact=None,
+                           sum64=sum64, bound=bound)  # fmt: skip
+    assert within.problems == [] and within.max_abs_error == 0.25
+    far = floats32.copy()
+    far[7] += 1
+    beyond = check_results({"h1": far}, check="bound", exact=None, sum64=sum64, bound=bound)
+    assert beyond.problems == ["h1: 1 of 10 elements beyond the error bound (first at 7: "
+                               "np.float32(8.0), exact np.float64(7.0), bound 0.5)"]  # fmt: skip
+    short = check_results({"h1": exact[:3]}, check="exact", exact=exact, sum64=sum64)
+    assert short.problems == ["h1: result of 3 elements, not 10"]
+    with pytest.raises(ValueError, match="unknown check"):
+        check_results({}, check="close", exact=None, sum64=sum64)
+
+
+def test_the_inceptionn_bound_is_wider_than_plain_float_rounding() -> None:
+    abs_sum = np.array([0.0, 1.0, 100.0])
+    plain, lossy = error_bound("plain", 4, abs_sum), error_bound("inceptionn", 4, abs_sum)
+    assert plain[0] == 0.0 and np.all(lossy > plain) and lossy[0] >= 4 * 2.0**-10
+    with pytest.raises(ValueError, match="no error bound for codec 'int32'"):
+        error_bound("int32", 4, abs_sum)
+
+
+# ---------------------------------------------------------------------- rows, table, plot
+
+
+def uses() -> list[LinkUse]:
+    return [
+        LinkUse("h1", "s1:1", "s1-eth1", a_to_b=1000, b_to_a=3000),
+        LinkUse("h2", "s1:2", "s1-eth2", a_to_b=2000, b_to_a=500),
+        LinkUse("s1:3", "h3", "s1-eth3", a_to_b=100, b_to_a=4000),  # a host on the b end
+        LinkUse("s1:4", "s2:1", "s1-eth4", a_to_b=6000, b_to_a=0),  # between switches
+    ]
+
+
+def test_a_row_counts_hosts_links_and_the_busiest_link() -> None:
+    verdict = Verdict(max_abs_error=1e-7)
+    row = make_row("ring", 4096, "plain", "bound", seconds=0.008, uses=uses(),
+                   bandwidths=[50.0, 50.0, 50.0, 10.0], hosts=("h1", "h2", "h3"),
+                   verdict=verdict, facts={"schedule": "3 steps"})  # fmt: skip
+    assert row.verified and row.host_sent_max == 4000 and row.host_sent_mean == 7000 / 3
+    assert row.link_bytes_total == 16600 and row.link_bytes_mean == 16600 / 4
+    assert (row.busiest_link, row.busiest_bytes) == ("s1:4 -> s2:1", 6000)
+    assert row.busiest_share == pytest.approx(6000 / (10e6 / 8 * 0.008))
+    unshaped = make_row("ina", 4096, "int32", "exact", seconds=0.008, uses=uses(),
+                        bandwidths=[None] * 4, hosts=("h1", "h2", "h3"), verdict=Verdict(),
+                        problems=["h2 (rank 1): exit 1"])  # fmt: skip
+    assert unshaped.busiest_share is None and not unshaped.verified
+    assert json.loads(json.dumps(row.to_json()))["facts"] == {"schedule": "3 steps"}
+
+    lines = render_table([row, unshaped])
+    assert len(lines) == 3
+    for word in TABLE_HEADER[:4]:
+        assert word in lines[0]
+    assert lines[1].split()[:4] == ["ring", "4,096", "bound", "0.008"]
+    assert "60 %" in lines[1] and "1.00e-07" in lines[1]
+    assert "FAILED" in lines[2] and lines[2].split()[-2:] == ["-", "-"]
+
+
+def test_the_completion_plot_is_a_png(tmp_path: Path) -> None:
+    rows = [
+        make_row(
+            algo,
+            size,
+            "int32",
+            "exact",
+            seconds=size / scale,
+            uses=uses(),
+            bandwidths=[None] * 4,
+            hosts=("h1",),
+            verdict=Verdict(),
+        )
+        for algo, scale in (("ina", 1e6), ("ring", 2e6))
+        for size in (1024, 4096, 16384)
+    ]
+    path = plot_completion(rows, tmp_path / "completion.png", title="star:4")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+# ---------------------------------------------------------------------- the scenario (root)
+
+
+def star_named(switch: str) -> Topology:
+    """star(4) with its switch called `switch`: its interfaces (`<switch>-eth<port>`) clash
+    with no other Mininet scenario running on the machine at the same time."""
+    topo = star(4)
+    topo.switches = {switch: dataclasses.replace(topo.switches["s1"], name=switch)}
+    topo.links = [dataclasses.replace(lk, b=switch) for lk in topo.links]
+    return topo.validate()
+
+
+@pytest.mark.usefixtures("mininet_ready")
+def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
+    star_named("cmp1").save(tmp_path / "star4.json")
+    run = tmp_path / "run"
+    size = 64 << 10
+    proc = mininet(run, "-t", str(tmp_path / "star4.json"), "--algo", "all", "--size", "64K",
+                   "--bw", "100", timeout=150)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    expected = [n for n in ALGORITHMS if n != "hdrm"]
+    assert summary["algos"] == expected and summary["verified"] is True
+    assert "supports bigraph" in summary["skipped"]["hdrm"]
+    assert "skipped hdrm: hdrm does not run on a star topology" in proc.stdout
+    rows = {r["algo"]: r for r in summary["rows"]}
+    assert list(rows) == expected
+    table = proc.stdout[proc.stdout.index("algorithm  ") :].splitlines()
+    for name in expected:
+        row = rows[name]
+        assert row["verified"] and row["problems"] == [] and row["max_abs_error"] == 0.0, row
+        assert row["check"] == "exact" and 0 < row["seconds"] < 30
+        line = next(ln for ln in table if ln.split()[0] == name)  # one table line each
+        assert line.split()[1:3] == ["65,536", "exact"]
+        # every host's traffic crossed the switch: at least what the algorithm must send
+        # (INA: one frame per K elements; any host allreduce: 2 (n-1)/n of the array)
+        least = -(-size // K) * FRAME_BYTES if name.startswith("ina") else 2 * 3 * size
+        assert row["host_sent_max"] >= row["host_sent_mean"] >= least, (name, row)
+        assert 0 < row["busiest_share"] < 1.5, row
+        assert len(row["links"]) == 4 and len(row["worker_reports"]) == 4
+        logs = run / "logs" / f"{name}-{size}"
+        assert sorted(p.name for p in logs.glob("*.json")) == [f"h{i}.json" for i in range(1, 5)]
+    schedules = sorted(p.name for p in (run / "build").glob("schedule-*.json"))
+    assert schedules == ["schedule-hd.json", "schedule-multitree.json", "schedule-ring.json"]
+    assert not list((run / "build" / "results").rglob("*.npy"))  # verified: removed
+    assert "verified: every run (6)" in proc.stdout
+    assert_removed(run)
