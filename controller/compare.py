@@ -256,13 +256,25 @@ class _Workers:
                     raise DemoError(f"{tasks[0].algo}: no result for {timeout:.0f} s") from None
                 continue
             if isinstance(item, str):
-                raise DemoError(item)
+                raise DemoError(self._first_cause(item))
             got.append(item)
             last = time.monotonic()
         waiter.join(5)
         if failed:
             raise DemoError(failed[0])
         return sorted(got, key=lambda r: r.worker)
+
+    def _first_cause(self, message: str) -> str:
+        """The failure to report: one worker's own, not another's broken barrier after it."""
+        deadline = time.monotonic() + 2.0
+        while "BrokenBarrierError" in message and time.monotonic() < deadline:
+            try:
+                item = self.results.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if isinstance(item, str) and "BrokenBarrierError" not in item:
+                return item
+        return message
 
     def _meet(self, failed: list[str]) -> None:
         try:

@@ -11,6 +11,7 @@ library, the schedules and numpy.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ def _run(
         )
     from inaemu.collectives.schedule import Schedule
     from inaemu.hostlib.collective.executor import ScheduleClient
+    from inaemu.hostlib.collective.peers import PeerError
     from inaemu.hostlib.collective.wire_peers import on_host_wire
     from inaemu.hostlib.wire import Endpoint
 
@@ -134,8 +136,11 @@ def _run(
         start = time.time()
         out = np.asarray(sc.allreduce(x, codec))
         end = time.time()
-    finally:
-        channel.close()
+    except BaseException:
+        with contextlib.suppress(PeerError):  # the first failure is the one to report
+            channel.close()
+        raise
+    channel.close()
     cs = channel.stats
     return AlgoResult(
         worker,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -225,3 +226,19 @@ def test_compare_refuses_an_unknown_algorithm() -> None:
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "--algo 'ring,nope': use a comma-separated list of ina, ring" in proc.stderr
+
+
+def test_compare_names_the_peer_that_was_late() -> None:
+    """A wait too short for a host collective's message: one line naming the rank and the
+    peer it waited for, no traceback, everything stopped."""
+    proc = run(
+        "demo", "--algo", "ring", "--workers", "3", "--size", "400000", "--timeout", "0.001",
+        "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(
+        r"\(ring\): PeerError: rank \d: (no message from rank \d \(10\.0\.0\.\d\) within "
+        r"0\.001 s|rank \d \(10\.0\.0\.\d\) acknowledged nothing for 0\.001 s)",
+        proc.stderr,
+    ), proc.stderr
