@@ -464,6 +464,48 @@ def test_tcp_silent_peer_is_named_within_the_timeout() -> None:
     close_all(channels)
 
 
+def test_tcp_a_rank_waiting_on_a_silent_one_is_not_blamed() -> None:
+    """0 waits on 1, which waits on 2 (alive, silent): 1 names 2, and 0 names 2 too."""
+    channels = tcp_mesh(listeners(3), timeout=1.0)
+    errors: list[PeerError | None] = [None, None]
+
+    def wait(r: int) -> None:
+        try:
+            channels[r].recv(r + 1, 1.0)
+        except PeerError as exc:
+            errors[r] = exc
+
+    threads = [threading.Thread(target=wait, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+        time.sleep(0.3)  # rank 1 starts waiting later, as if it had work first
+    for t in threads:
+        t.join(10)
+    close_all(channels)
+    assert errors[1] is not None and "rank 2 (127.0.0.1:" in str(errors[1])
+    assert errors[0] is not None and errors[0].rank == 2, str(errors[0])
+    assert "reported by rank 1" in str(errors[0])
+
+
+def test_tcp_two_ranks_waiting_on_each_other_are_told_so() -> None:
+    channels = tcp_mesh(listeners(2), timeout=1.0)
+    errors: list[str] = ["", ""]
+
+    def wait(r: int) -> None:
+        try:
+            channels[r].recv(1 - r, 1.0)
+        except PeerError as exc:
+            errors[r] = str(exc)
+
+    threads = [threading.Thread(target=wait, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    close_all(channels)
+    assert all("waits on rank" in e and "the same schedule" in e for e in errors), errors
+
+
 def test_parse_peers() -> None:
     assert parse_peers("10.0.0.1:7000, [::1]:7001") == [("10.0.0.1", 7000), ("::1", 7001)]
     for bad in ("", "10.0.0.1", "10.0.0.1:x", "a:1,a:1", "h:70000"):

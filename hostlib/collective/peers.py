@@ -22,6 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from queue import SimpleQueue
 from typing import Protocol
 
@@ -229,11 +230,22 @@ class TcpPeers:
 
     Per peer, a sender thread writes queued messages (length-prefixed frames, TCP_NODELAY) and
     a receiver thread reads frames into an inbox whatever the executor is doing: sending and
-    receiving never wait on each other. Every wait is bounded by `timeout`: a `recv` with no
-    message, or a send that makes no progress. The first failure (a peer that vanished: its
-    connection closed without a goodbye; a stall; garbage) is reported to every other rank
-    (an ABORT frame), so that all ranks fail at once naming the same culprit. A clean `close`
-    sends a goodbye (BYE) to every peer.
+    receiving never wait on each other.
+
+    Every wait is bounded, and every rank names the rank that failed:
+
+    - a peer whose connection closes without a goodbye (BYE) vanished (killed);
+    - `recv(src, timeout)` waits while bytes come from `src`, at most `timeout` without any;
+      then it asks `src` what it is doing (PING; the receiver thread answers, PONG). No
+      answer within ABORT_GRACE: `src` is stopped or hung. Not waiting for anyone: `src` is
+      alive but sends nothing. Waiting on this rank: a cycle. Waiting on another rank k
+      (for less than its timeout): k is `src`'s to judge, so this rank waits for that report
+      and asks again;
+    - a send that makes no progress for `timeout` blames its receiver;
+    - the first failure is reported to every other rank (ABORT), so that all ranks fail at
+      once naming the same culprit.
+
+    A clean `close` flushes, says goodbye and waits (at most LINGER) for the peers' goodbyes.
 
     Counters: `bytes_sent()` / `bytes_received()` count message bytes handed to `send` and
     returned by `recv`; `wire_sent` / `wire_received` count the bytes of every frame written
@@ -324,76 +336,87 @@ class TcpPeers:
         self._outbox[dst].put((DATA, data))
 
     def recv(self, src: int, timeout: float) -> bytearray:
-        """Rank `src`'s next message. The wait ends `timeout` seconds after the later of the
-        call and the last bytes that came from `src` (a long message still arriving is not a
-        stall). Then `src` is asked what it is doing (PING): no answer within ABORT_GRACE,
-        it is blamed; if it answers that it waits on another rank, that rank's own timeout
-        comes first and its report (ABORT) is awaited instead, at most one more `timeout`."""
+        """Rank `src`'s next message, waiting while `src` makes progress, at most `timeout`
+        seconds without any (see the class doc)."""
         self._check(src)
         start = time.monotonic()
         with self._cond:
             self._waiting = (src, start)  # what a ping from another rank is told
-            msg = self._wait_for(src, lambda: max(start, self._last_rx[src]) + timeout)
+            try:
+                return self._recv_locked(src, timeout)
+            finally:
+                self._waiting = None
+
+    def _recv_locked(self, src: int, timeout: float) -> bytearray:
+        # Idle: no bytes from `src` since `since` (or since its last answer that it waits on
+        # someone else, whose own wait is younger than `timeout`: progress further down).
+        while True:
+            since = self._idle_since(src)
+            msg = self._wait_for(src, lambda: self._idle_since(src) + timeout)
             if msg is not None:
                 return msg
             self._pong[src] = None
-        self._outbox[src].put((PING, b""))
-        with self._cond:
+            self._outbox[src].put((PING, b""))
             asked = time.monotonic()
             msg = self._wait_for(
-                src, lambda: asked + min(ABORT_GRACE, timeout), until=lambda: self._pong[src]
+                src, asked + min(ABORT_GRACE, timeout), until=lambda: self._pong[src] is not None
             )
             if msg is not None:
                 return msg
+            idle = f"{asked - since:.1f} s"
             pong = self._pong[src]
             if pong is None:
+                what = f"sent nothing for {idle} and does not answer a ping: stopped or hung?"
+                break
+            waits_on, waited = pong
+            if waits_on == self._rank:
                 what = (
-                    f"no message for rank {self._rank} in {asked - start:.1f} s, and no answer "
-                    f"to a ping: stopped or hung?"
+                    f"waits on rank {self._rank}, as rank {self._rank} waits on it: do all "
+                    "ranks run the same schedule and calls?"
                 )
-            else:
-                waits_on, waited = pong
-                if 0 <= waits_on < self._n and waits_on != self._rank:
-                    # its own wait on `waits_on` ends first; its report names the culprit
-                    report_by = time.monotonic() + max(0.0, timeout - waited) + 2 * ABORT_GRACE
-                    msg = self._wait_for(src, lambda: min(report_by, asked + timeout))
-                    if msg is not None:
-                        return msg
-                    what = (
-                        f"no message for rank {self._rank} in {time.monotonic() - start:.1f}"
-                        f" s; it waits on {self.who(waits_on)}, which was not reported"
-                    )
-                elif waits_on == self._rank:
-                    what = (
-                        f"waits on rank {self._rank}, which waits on it: do all ranks run "
-                        f"the same schedule and calls?"
-                    )
-                else:
-                    what = (
-                        f"alive, but sent no message for rank {self._rank} in "
-                        f"{asked - start:.1f} s (busy, or not running the same calls?)"
-                    )
-            self._waiting = None
+                break
+            if not 0 <= waits_on < self._n:
+                what = f"alive, but sent nothing for {idle} (busy, or not running the same calls?)"
+                break
+            if waited > timeout + 4 * ABORT_GRACE:
+                what = (
+                    f"has waited {waited:.1f} s on {self.who(waits_on)} without reporting "
+                    "it: a cycle of ranks waiting on each other (the same schedule?)"
+                )
+                break
+            # `src` waits on another rank; its own bounded wait judges that one, and a
+            # failure is reported to every rank. Wait for that, then ask again.
+            assert self._waiting is not None
+            self._waiting = (src, time.monotonic())
+            report_by = time.monotonic() + max(0.0, timeout - waited) + 2 * ABORT_GRACE
+            msg = self._wait_for(src, report_by, until=partial(self._heard_since, src, asked))
+            if msg is not None:
+                return msg
         raise self._fail(self._peer_error(src, what))
+
+    def _heard_since(self, src: int, t: float) -> bool:
+        return self._last_rx[src] > t
+
+    def _idle_since(self, src: int) -> float:
+        assert self._waiting is not None
+        return max(self._waiting[1], self._last_rx[src])
 
     def _wait_for(
         self,
         src: int,
-        deadline: Callable[[], float],
-        until: Callable[[], object] = lambda: None,
+        deadline: float | Callable[[], float],
+        until: Callable[[], bool] = lambda: False,
     ) -> bytearray | None:
-        """With the lock held: `src`'s next message, or None once `deadline()` passed or
-        `until()` is true; raises the channel's failure, or PeerError if `src` finished."""
+        """With the lock held: `src`'s next message, or None once `deadline` (a time, or a
+        function giving one) passed or `until()` is true; raises the channel's failure, or
+        PeerError if `src` finished."""
         inbox = self._inbox[src]
         while True:
             if self._failure is not None:
-                self._waiting = None
                 raise self._failure
             if inbox:
-                self._waiting = None
                 return self._take(src)
             if self._finished[src]:
-                self._waiting = None
                 raise self._fail(
                     self._peer_error(
                         src,
@@ -401,7 +424,7 @@ class TcpPeers:
                         "all ranks run the same schedule and calls?",
                     )
                 )
-            left = deadline() - time.monotonic()
+            left = (deadline() if callable(deadline) else deadline) - time.monotonic()
             if left <= 0 or until():
                 return None
             self._cond.wait(left)
@@ -562,6 +585,8 @@ class TcpPeers:
                         self._pong[peer] = _PONG.unpack_from(body)
                     elif kind == PING:
                         on, since = self._waiting or (-1, time.monotonic())
+                        if on >= 0:
+                            since = max(since, self._last_rx[on])
                         self._outbox[peer].put((PONG, _PONG.pack(on, time.monotonic() - since)))
                     self._cond.notify_all()
                 if kind == BYE:
