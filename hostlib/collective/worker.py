@@ -18,7 +18,8 @@ steps and time per step. `--start-at` holds the first allreduce until a wall-clo
 Codecs: plain (float32 sums in the schedule's order), fixedpoint (bit for bit the switch's
 result), inceptionn (`--bound`, compression on every hop), and the other INA codecs (int32,
 sketch, sketch-compact). Exit status: 0 done; 1 a peer failed (the message names its rank and
-address); 2 bad arguments; 130 interrupted. Errors are one line on stderr.
+address) or the codec did (e.g. an int32 sum that overflowed); 2 bad arguments; 130
+interrupted. Errors are one line on stderr.
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a codec's own failure (e.g. SumOverflow): one line, no trace
+        print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     finally:
         if channel is not None:
             try:
