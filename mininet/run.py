@@ -719,17 +719,17 @@ def run_scenario(args: argparse.Namespace) -> int:
         )
     (run.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     if single:
-        _report_single(runs[0], rows[0], first["completion_measured"], args, say)
+        report_single(runs[0], rows[0], first["completion_measured"], args, say)
     else:
         title = f"{label} on {args.switch}{shaped}, codec {args.codec}"
-        _report_comparison(rows, run, args, say, title=title)
+        report_comparison(rows, run, args, say, title=title)
     if any(capture_missed.values()):
         say(f"note: tcpdump missed frames (the pcaps are incomplete): {capture_missed}")
     say(f"run dir: {run.root} (summary.json, build/, logs/{', pcaps/' if args.pcap else ''})")
     return 0 if summary["verified"] else 1
 
 
-def _report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, say: Any) -> None:
+def report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, say: Any) -> None:
     """One algorithm at one size: completion, every link, the switch counters, the verdict."""
     seconds, size = row.seconds, run.spec.size
     frames = -(-size // K)
@@ -763,7 +763,7 @@ def _report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, s
         )
 
 
-def _report_comparison(
+def report_comparison(
     rows: list[Row], run: RunDir, args: argparse.Namespace, say: Any, *, title: str
 ) -> None:
     """Several runs: one table, what its columns count, the plot, the problems."""

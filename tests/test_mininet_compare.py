@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,8 +36,8 @@ from inaemu.mininet.compare import (
     plot_completion,
     render_table,
 )
-from inaemu.mininet.run import algo_names, choose, main, parse_sizes
-from inaemu.mininet.scenario import LinkUse
+from inaemu.mininet.run import algo_names, choose, main, parse_sizes, report_comparison
+from inaemu.mininet.scenario import LinkUse, RunDir
 from tests.test_mininet import assert_removed, mininet, mininet_ready  # noqa: F401 (fixture)
 
 STAR4 = ("h1", "h2", "h3", "h4")
@@ -280,6 +281,30 @@ def test_the_completion_plot_is_a_png(tmp_path: Path) -> None:
     ]
     path = plot_completion(rows, tmp_path / "completion.png", title="star:4")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_the_report_prints_the_table_plots_several_sizes_and_lists_problems(
+    tmp_path: Path,
+) -> None:
+    run = RunDir.make(tmp_path / "run")
+    rows = [
+        make_row(algo, size, "int32", "exact", seconds=size / 1e6, uses=uses(),
+                 bandwidths=[None] * 4, hosts=("h1",), verdict=Verdict(max_abs_error=0.0),
+                 problems=["h1 (rank 0): exit 1"] if (algo, size) == ("ring", 4096) else [])
+        for algo in ("ina", "ring")
+        for size in (1024, 4096)
+    ]  # fmt: skip
+    said: list[str] = []
+    args = Namespace(sizes=[1024, 4096], codec="int32")
+    report_comparison(rows, run, args, lambda line, **_: said.append(line), title="star:4")
+    text = "\n".join(said)
+    assert said[0].startswith("algorithm") and len([ln for ln in said[:5] if "4,096" in ln]) == 2
+    assert f"completion time against size: {run.root / 'completion.png'}" in text
+    assert (run.root / "completion.png").stat().st_size > 0
+    assert "FAILED: 1 of 4 run(s):\n  ring x 4,096: h1 (rank 0): exit 1" in text
+    said.clear()
+    report_comparison(rows[:1], run, Namespace(sizes=None, codec="int32"), said.append, title="")
+    assert said[-1] == "verified: every run (1), each worker's result as its check requires"
 
 
 # ---------------------------------------------------------------------- the scenario (root)
