@@ -184,7 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a worker gives up after this many seconds without progress (default 30)",
     )
     ap.add_argument(
-        "--limit", type=float, default=1800.0, help="seconds the run may take in all (1800)"
+        "--limit",
+        type=float,
+        default=1800.0,
+        help="seconds the workers of one algorithm at one size may take in all (1800)",
     )
     ap.add_argument(
         "--pcap",
