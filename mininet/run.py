@@ -4,6 +4,7 @@ network, programmed only through the controller's commands, every result checked
     inaemu mininet --topo star:4 --switch softswitch --algo ina --size 16M --bw 20
     inaemu mininet --topo leaf-spine:2x2x2 --switch bmv2 --algo ina-1tree --loss 0.01 --pcap
     inaemu mininet -t topology.json --size 100000
+    inaemu mininet --topo star:4 --algo all --sizes 256K,1M,4M --bw 50
 
 It installs Mininet from Debian when it is missing (root), builds the network (hosts in
 namespaces, switch nodes in the root namespace on 127.0.0.1 P4Runtime ports, links shaped to
@@ -14,6 +15,11 @@ workers' arrays equal to the sum of the inputs (int32: numpy's exact sum; other 
 codec run against the reference switch, bit for bit). It prints the completion time, the
 bytes each link carried and each switch's counters, and writes `summary.json`, `build/`,
 `logs/` and (`--pcap`) `pcaps/` under the run directory.
+
+With several algorithms (`--algo all`, `--algo ina,ring,gloo`) or sizes (`--sizes`), each runs
+in turn on the same network (`run_algorithms`), each result is checked as its algorithm
+promises (`compare.check_results`: exact, or within the codec's error bound), and one table
+compares them (`report_comparison`; with several sizes also completion.png).
 
 Exit status: 0 verified; 1 a worker failed or a result is wrong; 2 bad arguments, or the
 network could not be built or programmed; 130 interrupted (Ctrl-C, SIGTERM, SIGHUP). In every
