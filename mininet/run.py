@@ -53,7 +53,15 @@ from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet import debian
-from inaemu.mininet.algos import ALGORITHMS, CODECS, Algorithm, RunSpec, algorithm, describe
+from inaemu.mininet.algos import (
+    ALGORITHMS,
+    CODECS,
+    Algorithm,
+    Ina,
+    RunSpec,
+    algorithm,
+    describe,
+)
 from inaemu.mininet.compare import Row, Verdict, check_results, make_row, plot_completion
 from inaemu.mininet.compare import render_table as render_comparison
 from inaemu.mininet.scenario import (
@@ -746,10 +754,13 @@ def report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, sa
     if seconds == seconds and seconds > 0:
         rate = 8 * 4 * size / seconds / 1e6
         say(f"  algorithm bandwidth {rate:,.1f} Mbit/s (a worker's input / completion time)")
-    say(
-        f"bytes per link during the allreduce (each worker sends at least {frames:,} frames = "
-        f"{_fmt_bytes(frames * FRAME_BYTES)} per phase):"
-    )
+    if isinstance(run.algo, Ina):
+        say(
+            f"bytes per link during the allreduce (each worker sends at least {frames:,} "
+            f"frames = {_fmt_bytes(frames * FRAME_BYTES)} per phase):"
+        )
+    else:
+        say("bytes per link during the allreduce (Ethernet frames, TCP headers included):")
     for line in render_links(run.links):
         say(line)
     say("switch counters (inaemu stats):")
