@@ -166,8 +166,7 @@ class Cables:
 
     def __init__(self, case: NetworkCase) -> None:
         self.links = case.links
-        self.pending: dict[At, int] = {}
-        self.lost: list[At] = []
+        self.pending: dict[At, int] = {}  # port -> frames still to lose there
 
     def lose(self, at: At) -> None:
         self.pending[at] = self.pending.get(at, 0) + 1
@@ -177,7 +176,6 @@ class Cables:
         the case lost it."""
         if self.pending.get(out, 0):
             self.pending[out] -= 1
-            self.lost.append(out)
             return None
         return self.links[out]
 
