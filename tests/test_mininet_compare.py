@@ -36,7 +36,17 @@ from inaemu.mininet.compare import (
     plot_completion,
     render_table,
 )
-from inaemu.mininet.run import algo_names, choose, main, parse_sizes, report_comparison
+from inaemu.mininet.run import (
+    AlgoRun,
+    WorkerOutcome,
+    algo_names,
+    choose,
+    main,
+    parse_sizes,
+    report_comparison,
+    row_of,
+    truth,
+)
 from inaemu.mininet.scenario import LinkUse, RunDir
 from tests.test_mininet import assert_removed, mininet, mininet_ready  # noqa: F401 (fixture)
 
@@ -305,6 +315,34 @@ def test_the_report_prints_the_table_plots_several_sizes_and_lists_problems(
     said.clear()
     report_comparison(rows[:1], run, Namespace(sizes=None, codec="int32"), said.append, title="")
     assert said[-1] == "verified: every run (1), each worker's result as its check requires"
+
+
+def test_a_run_with_a_failed_worker_and_a_wrong_result_is_a_failed_row(tmp_path: Path) -> None:
+    """row_of: each worker's outcome and result file checked against the truth of its size;
+    completion from the reports; the row lists every problem."""
+    workers = ("h1", "h2", "h3", "h4")
+    spec = RunSpec(workers, size=500, codec="int32", seed=9, run_id=5, window=64, timeout=5)
+    t = truth("int32", 9, 4, 500, exact=True)
+    assert t.exact is not None and np.array_equal(t.exact.astype(np.float64), t.sum64)
+    outcomes = []
+    for rank, host in enumerate(workers):
+        result = t.exact.copy()
+        if host == "h2":
+            result[17] += 3
+        if host != "h4":
+            np.save(tmp_path / f"{host}.npy", result)
+        report = {"seconds": 0.5, "start": 100.0 + rank / 10, "end": 100.9}
+        outcomes.append(WorkerOutcome(host, rank, 1 if host == "h4" else 0, report,
+                                      "boom" if host == "h4" else ""))  # fmt: skip
+    links = [LinkUse(h, f"s1:{i + 1}", f"s1-eth{i + 1}", 3000, 3000) for i, h in enumerate(workers)]
+    run = AlgoRun(algorithm("ring"), spec, {}, outcomes, tmp_path, links, "", 1.0, [])
+    row, verdict, how = row_of(run, t, [50.0] * 4)
+    assert how == "from the last worker's start" and row.seconds == pytest.approx(0.6)
+    assert not row.verified and row.max_abs_error == 3.0 and row.host_sent_max == 3000
+    assert row.problems[0] == "h4 (rank 3): exit 1: boom"
+    assert row.problems[1].startswith("h2: 1 of 500 elements wrong (first at 17")
+    assert "h2: result differs from h1's" in row.problems
+    assert verdict.problems == row.problems[1:]  # the failed worker is the run's, not the check's
 
 
 # ---------------------------------------------------------------------- the scenario (root)
