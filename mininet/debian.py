@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 import shutil
 import subprocess
@@ -140,6 +141,7 @@ def load() -> MininetApi:
         except Exception:
             del sys.modules["mininet"]
             raise
+    logger_class = logging.getLoggerClass()
     try:
         mods = {n: importlib.import_module(f"mininet.{n}") for n in ("net", "node", "link", "log")}
         util = importlib.import_module("mininet.util")
@@ -148,6 +150,11 @@ def load() -> MininetApi:
             f"Mininet at {package} does not import under Python "
             f"{sys.version_info.major}.{sys.version_info.minor}: {exc}"
         ) from None
+    finally:
+        # mininet.log makes its MininetLogger the class of every logger created after it
+        # (each with a console handler of its own, printing without newlines): only its own
+        # logger keeps it, so that e.g. finsy's messages go where the runner sends them
+        logging.setLoggerClass(logger_class)
     return MininetApi(
         mods["net"], mods["node"], mods["link"], mods["log"], util, str(mods["net"].VERSION)
     )
