@@ -204,11 +204,13 @@ _HELLO = struct.Struct("<8sIII32s")
 _FRAME = struct.Struct("<BQ")
 # frame kinds: a message; "I am done"; "rank r failed: why"; "what are you doing?"; its answer
 DATA, BYE, ABORT, PING, PONG = 0, 1, 2, 3, 4
-_ABORT = struct.Struct("<i")  # the failed rank (-1: none), then the reason in UTF-8
+_ABORT = struct.Struct("<ii")  # the failed rank (-1: none), who saw it; the reason in UTF-8
 _PONG = struct.Struct("<id")  # the rank a recv waits on (-1: none), seconds it has waited
 MAX_MESSAGE = 1 << 34  # a longer frame is garbage, not a message
 HELLO_WAIT = 5.0  # seconds an accepted connection has to say hello
-ABORT_GRACE = 0.5  # seconds a timed-out recv waits for a ping's answer or a failure report
+# seconds a timed-out recv waits for a ping's answer (the wait on a failure report: twice
+# that): ABORT_GRACE, or a tenth of the timeout if longer (a busy machine answers late)
+ABORT_GRACE = 0.5
 LINGER = 2.0  # seconds close() waits for the peers' goodbyes
 SEND_PIECE = 1 << 20
 SMALL = 1 << 16  # frames up to this size go out in one send with their header
@@ -237,8 +239,8 @@ class TcpPeers:
     - a peer whose connection closes without a goodbye (BYE) vanished (killed);
     - `recv(src, timeout)` waits while bytes come from `src`, at most `timeout` without any;
       then it asks `src` what it is doing (PING; the receiver thread answers, PONG). No
-      answer within ABORT_GRACE: `src` is stopped or hung. Not waiting for anyone: `src` is
-      alive but sends nothing. Waiting on this rank: a cycle. Waiting on another rank k
+      answer within a grace (ABORT_GRACE): `src` is stopped or hung. Not waiting for anyone:
+      `src` is alive but sends nothing. Waiting on this rank: a cycle. Waiting on another rank k
       (for less than its timeout): k is `src`'s to judge, so this rank waits for that report
       and asks again;
     - a send that makes no progress for `timeout` blames its receiver;
@@ -348,6 +350,7 @@ class TcpPeers:
                 self._waiting = None
 
     def _recv_locked(self, src: int, timeout: float) -> bytearray:
+        grace = min(timeout, max(ABORT_GRACE, timeout / 10))
         # Idle: no bytes from `src` since `since` (or since its last answer that it waits on
         # someone else, whose own wait is younger than `timeout`: progress further down).
         while True:
@@ -358,9 +361,7 @@ class TcpPeers:
             self._pong[src] = None
             self._outbox[src].put((PING, b""))
             asked = time.monotonic()
-            msg = self._wait_for(
-                src, asked + min(ABORT_GRACE, timeout), until=lambda: self._pong[src] is not None
-            )
+            msg = self._wait_for(src, asked + grace, until=lambda: self._pong[src] is not None)
             if msg is not None:
                 return msg
             idle = f"{asked - since:.1f} s"
@@ -378,7 +379,7 @@ class TcpPeers:
             if not 0 <= waits_on < self._n:
                 what = f"alive, but sent nothing for {idle} (busy, or not running the same calls?)"
                 break
-            if waited > timeout + 4 * ABORT_GRACE:
+            if waited > timeout + 4 * grace:
                 what = (
                     f"has waited {waited:.1f} s on {self.who(waits_on)} without reporting "
                     "it: a cycle of ranks waiting on each other (the same schedule?)"
@@ -388,7 +389,7 @@ class TcpPeers:
             # failure is reported to every rank. Wait for that, then ask again.
             assert self._waiting is not None
             self._waiting = (src, time.monotonic())
-            report_by = time.monotonic() + max(0.0, timeout - waited) + 2 * ABORT_GRACE
+            report_by = time.monotonic() + max(0.0, timeout - waited) + 2 * grace
             msg = self._wait_for(src, report_by, until=partial(self._heard_since, src, asked))
             if msg is not None:
                 return msg
@@ -516,16 +517,20 @@ class TcpPeers:
         self._received[src] += len(msg)
         return msg
 
-    def _fail(self, err: PeerError, *, report: bool = True) -> PeerError:
-        """Record the channel's first failure (and tell every peer); returns the failure."""
+    def _fail(self, err: PeerError, *, seen_by: int | None = None, reason: str = "") -> PeerError:
+        """Record the channel's first failure and tell every peer (also when it is another
+        rank's report, `reason` as `seen_by` saw it: a peer that reads this rank's goodbye-less
+        end after the report knows the cause); returns the failure."""
         with self._cond:
             if self._failure is not None:
                 return self._failure
             self._failure = err
             self._cond.notify_all()
             closing = self._closing
-        if report and not closing:
-            body = _ABORT.pack(-1 if err.rank is None else err.rank) + str(err).encode()
+        if not closing:
+            culprit = -1 if err.rank is None else err.rank
+            seen = self._rank if seen_by is None else seen_by
+            body = _ABORT.pack(culprit, seen) + (reason or str(err)).encode()
             for peer in self._peers():
                 if self._socks[peer] is not None:
                     self._outbox[peer].put((ABORT, body))
@@ -592,11 +597,11 @@ class TcpPeers:
                 if kind == BYE:
                     return
                 if kind == ABORT:
-                    (culprit,) = _ABORT.unpack_from(body)
+                    culprit, seen_by = _ABORT.unpack_from(body)
                     reason = bytes(body[_ABORT.size :]).decode(errors="replace")
                     self._fail(
                         PeerError(
-                            f"{reason} (reported by rank {peer})",
+                            f"{reason} (reported by rank {seen_by})",
                             rank=None if culprit < 0 else culprit,
                             address=(
                                 format_address(self.addresses[culprit])
@@ -604,7 +609,8 @@ class TcpPeers:
                                 else ""
                             ),
                         ),
-                        report=False,
+                        seen_by=seen_by,
+                        reason=reason,
                     )
         except _Stop:
             return
