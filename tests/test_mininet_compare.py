@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +28,7 @@ from hypothesis import strategies as st
 
 from inaemu.controller.topology import Topology, from_spec, star
 from inaemu.hostlib.wire import FRAME_BYTES, K
+from inaemu.hostlib.worker import worker_input
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.compare import (
     CHECKS,
@@ -104,6 +108,53 @@ def test_a_collective_worker_gets_its_schedule_rank_and_every_peer(tmp_path: Pat
         assert [p.split(":")[0] for p in peers] == [topo.hosts[h].ip for h in algo.schedule.hosts]
         assert len({p.split(":")[1] for p in peers}) == 1
         assert opt["--run"] == "77" and opt["--codec"] == "plain"
+
+
+# ---------------------------------------------------------------------- the gloo worker
+
+
+def gloo_worker(*args: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "inaemu.mininet.gloo_worker", *args]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_gloo_worker_refuses_bad_arguments_in_one_line() -> None:
+    for args, message in (
+        (["--rank", "2", "--workers", "2", "--size", "4"], "need 0 <= --rank < --workers"),
+        (["--rank", "0", "--workers", "2", "--size", "4", "--timeout", "0"], "--timeout"),
+        (["--rank", "0", "--workers", "1", "--size", "4", "--local-ip", "192.0.2.77"],
+         "host set-up failed: no interface has the address 192.0.2.77"),
+    ):  # fmt: skip
+        if "--local-ip" not in args:
+            args += ["--local-ip", "127.0.0.1"]
+        proc = gloo_worker("--master", "127.0.0.1", *args)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and message in err and len(err.splitlines()) == 1, err
+        assert out == ""  # no report line
+
+
+def test_two_gloo_workers_all_reduce_over_loopback(tmp_path: Path) -> None:
+    """Two ranks on 127.0.0.1 (no root): the exact int32 sum, the same digest, a report line
+    like inaemu.hostlib.worker's."""
+    port = str(29400 + os.getpid() % 500)
+    procs = [
+        gloo_worker("--rank", str(r), "--workers", "2", "--master", "127.0.0.1", "--port", port,
+                    "--local-ip", "127.0.0.1", "--size", "1000", "--seed", "4", "--timeout",
+                    "20", "--out", str(tmp_path / f"r{r}.npy"))
+        for r in range(2)
+    ]  # fmt: skip
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=90)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out.splitlines()[-1]))
+    expected = sum(worker_input(4, r, 1000, codec="int32").astype(np.int64) for r in range(2))
+    for r in range(2):
+        got = np.load(tmp_path / f"r{r}.npy")
+        assert got.dtype == np.int32 and np.array_equal(got, expected)
+        assert reports[r]["rank"] == r and reports[r]["end"] >= reports[r]["start"]
+    assert reports[0]["digest"] == reports[1]["digest"]
+    assert {"seconds", "cpu_seconds", "bytes_sent"} <= set(reports[0])
 
 
 # ---------------------------------------------------------------------- arguments
