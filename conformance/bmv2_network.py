@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,6 @@ from inaemu.conformance.network import (
     MAX_RELAYS,
     At,
     Cables,
-    Check,
     Lose,
     NetworkCase,
     Send,
@@ -65,10 +65,8 @@ class Bmv2NetworkRunner:
             try:
                 for name in case.setups:
                     switches[name] = self._start(name, d)
-                for sw in switches.values():
-                    wait_thrift(sw.thrift, sw.proc, sw.errors)
-                    self.single.set_up(case.setups[sw.name], sw.thrift)
-                    sw.socket = PacketSocket(f"ipc://{d / sw.name}.ipc")
+                with ThreadPoolExecutor(len(switches)) as pool:  # the CLI calls at once
+                    list(pool.map(lambda sw: self._set_up(case, sw, d), switches.values()))
                 return self._run_steps(case, switches)
             finally:
                 self._stop(switches.values())
@@ -94,6 +92,20 @@ class Bmv2NetworkRunner:
         with errors.open("w") as err_file:  # a file: a pipe nobody drains could stall it
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
         return _Switch(name, proc, thrift, errors)
+
+    def _set_up(self, case: NetworkCase, sw: _Switch, d: Path) -> None:
+        wait_thrift(sw.thrift, sw.proc, sw.errors)
+        self.single.set_up(case.setups[sw.name], sw.thrift)
+        sw.socket = PacketSocket(f"ipc://{d / sw.name}.ipc")
+
+    def _read_counters(
+        self, case: NetworkCase, sw: _Switch
+    ) -> dict[tuple[str, str, int], tuple[int, int]]:
+        checks = [s.check for s in case.checks if s.switch == sw.name]
+        return {
+            (sw.name, counter, index): value
+            for (counter, index), value in self.single.read_counters(checks, sw.thrift).items()
+        }
 
     def _run_steps(self, case: NetworkCase, switches: dict[str, _Switch]) -> CaseResult:
         cables = Cables(case)
@@ -131,10 +143,9 @@ class Bmv2NetworkRunner:
                             f"simple_switch for {sw.name} exited: {sw.errors.read_text().strip()}"
                         )
         counters: dict[tuple[str, str, int], tuple[int, int]] = {}
-        for name, sw in switches.items():
-            checks = [s.check for s in case.steps if isinstance(s, Check) and s.switch == name]
-            for (counter, index), value in self.single.read_counters(checks, sw.thrift).items():
-                counters[(name, counter, index)] = value
+        with ThreadPoolExecutor(len(switches)) as pool:  # the CLI calls at once
+            for values in pool.map(lambda sw: self._read_counters(case, sw), switches.values()):
+                counters.update(values)
         return compare_network(case, emitted, counters, failures + cables.unused())
 
     @staticmethod
