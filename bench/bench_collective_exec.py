@@ -7,6 +7,7 @@
    seconds per allreduce (median of --repeat, the slowest rank) per schedule and codec.
 
     .venv/bin/python bench/bench_collective_exec.py [--size 1000000] [--ranks 4,8]
+        [--tcp-ranks 4] [--repeat 5] [--only errors|tcp]
 """
 
 from __future__ import annotations
@@ -120,8 +121,12 @@ def main() -> None:
     ap.add_argument("--ranks", default="4,8", help="rank counts for the error table")
     ap.add_argument("--tcp-ranks", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", choices=("errors", "tcp"), help="one of the two parts")
     args = ap.parse_args()
-    error_table([int(n) for n in args.ranks.split(",")], args.size, DEFAULT_ERROR_BOUND)
+    if args.only != "tcp":
+        error_table([int(n) for n in args.ranks.split(",")], args.size, DEFAULT_ERROR_BOUND)
+    if args.only == "errors":
+        return
     n = args.tcp_ranks
     print(f"\nTCP on loopback, {n} worker processes, {args.size:,} float32 per rank, median of")
     print(f"{args.repeat} allreduces (the slowest rank's time)")
