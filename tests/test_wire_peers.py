@@ -126,6 +126,49 @@ def test_send_stream_window_fast_retransmit_and_timer() -> None:
     assert s.on_ack(99, 0, 1.0) == [] and s.una == 4  # acks beyond what was sent: ignored
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 2000), min_size=1, max_size=5),
+    st.integers(1, MAX_WINDOW),
+    st.floats(0.0, 0.4),
+    st.integers(0, 2**32),
+)
+def test_streams_deliver_everything_through_any_loss(
+    sizes: list[int], window: int, loss: float, seed: int
+) -> None:
+    """A sender and a receiver stream on a virtual clock, every data frame and every ack lost
+    with probability `loss`, some delivered late: all messages arrive, once, in order, and the
+    sender ends with nothing unacknowledged."""
+    rnd = random.Random(seed)
+    messages = [rnd.randbytes(n) for n in sizes]
+    segs = segments_of(messages, 100)
+    sender, receiver = SendStream(window=window), RecvStream()
+    for seg in segs:
+        sender.push(seg.seq.to_bytes(4, "big"))  # the "frame" names its segment
+    got: list[bytes] = []
+    late: list[bytes] = []
+    now = 0.0
+    for _ in range(200_000):
+        if sender.idle:
+            break
+        now += 0.001
+        frames = list(sender.sendable(now))
+        if (again := sender.on_timer(now)) is not None:
+            frames.append(again)
+        batch, late = frames + late, []
+        arrived = False
+        for f in batch:
+            if rnd.random() < 0.1:
+                late.append(f)  # overtaken: arrives in the next round
+            elif rnd.random() >= loss:
+                got += receiver.add(segs[int.from_bytes(f, "big")])
+                arrived = True
+        if arrived and rnd.random() >= loss:
+            late += sender.on_ack(*receiver.ack(), now)
+    assert sender.idle, f"stuck: una {sender.una} of {len(segs)}, receiver at {receiver.cum}"
+    assert got == messages
+
+
 # ---------------------------------------------------------------- a lossy test double
 
 
