@@ -431,18 +431,17 @@ class TcpPeers:
             self._cond.wait(left)
 
     def flush(self, timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
         with self._cond:
             while any(self._pending):
                 if self._failure is not None:
                     raise self._failure
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    late = ", ".join(self.who(r) for r, p in enumerate(self._pending) if p)
-                    raise PeerError(
-                        f"rank {self._rank}: messages to {late} not written within "
-                        f"{timeout if timeout is not None else self.timeout:g} s (not reading?)"
-                    )
+                    late = min(r for r, p in enumerate(self._pending) if p)
+                    what = f"did not take rank {self._rank}'s messages within {wait:g} s"
+                    raise self._fail(self._peer_error(late, what))
                 self._cond.wait(left)
 
     def close(self) -> None:
