@@ -392,14 +392,18 @@ def close_all(channels: Sequence[PeerChannel]) -> None:
 
 def test_tcp_mesh_runs_a_schedule_and_refuses_a_stray_connection() -> None:
     socks = listeners(3)
+    silent = socket.create_connection(socks[0].getsockname()[:2])  # says nothing
     stray = socket.create_connection(socks[0].getsockname()[:2])
     stray.sendall(b"GET / HTTP/1.0\r\n\r\n" + bytes(100))  # longer than a hello, not one
+    start = time.monotonic()
     channels = tcp_mesh(socks)
+    assert time.monotonic() - start < 2.0  # the silent one delayed no one
     try:  # closed by rank 0, or reset: it left some of the bytes unread
         assert stray.recv(1) == b""
     except ConnectionResetError:
         pass
     stray.close()
+    silent.close()
     schedule = ring(3, 2)
     inputs = gradients(3, 100_001, 2)
     got = run_ranks(schedule, channels, lambda c, r: c.allreduce(inputs[r]))

@@ -16,6 +16,7 @@ address; nothing waits forever.
 from __future__ import annotations
 
 import hashlib
+import selectors
 import socket
 import struct
 import threading
@@ -702,36 +703,89 @@ class TcpPeers:
         return _HELLO.pack(HELLO_MAGIC, src, self._rank, self._n, self._token)
 
     def _accept_all(self, listener: socket.socket, deadline: float) -> None:
+        """Accept every higher rank. Hellos are read from all accepted connections at once
+        (a selector), so a stray connection that says nothing delays no one; it is closed
+        after HELLO_WAIT."""
         waiting = set(range(self._rank + 1, self._n))
         refused = 0
-        while waiting:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                stray = f"; refused {refused} stray connection(s)" if refused else ""
-                raise self._peer_error(
-                    min(waiting),
-                    f"did not connect to rank {self._rank} within {self.timeout:g} s: is it "
-                    f"running, with the same peers and token?{stray}",
-                )
-            listener.settimeout(left)
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            try:
-                conn.settimeout(min(max(left, 0.01), HELLO_WAIT))
-                hello = _read_exact(conn, _HELLO.size)
-                magic, src, dst, n, token = _HELLO.unpack(hello)
-                ok = (magic, dst, n, token) == (HELLO_MAGIC, self._rank, self._n, self._token)
-                if not ok or src not in waiting:
-                    raise ValueError("not a rank of this job that is still expected")
-                conn.sendall(self._hello(src))
-            except (OSError, EOFError, ValueError, struct.error):
+        hellos: dict[socket.socket, tuple[bytearray, float]] = {}  # conn: (bytes, until)
+        sel = selectors.DefaultSelector()
+        listener.setblocking(False)
+        sel.register(listener, selectors.EVENT_READ)
+        try:
+            while waiting:
+                now = time.monotonic()
+                if now >= deadline:
+                    stray = f"; refused {refused} stray connection(s)" if refused else ""
+                    raise self._peer_error(
+                        min(waiting),
+                        f"did not connect to rank {self._rank} within {self.timeout:g} s: is "
+                        f"it running, with the same peers and token?{stray}",
+                    )
+                for conn, (_, until) in list(hellos.items()):
+                    if now >= until:
+                        refused += _drop(sel, hellos, conn)
+                wake = min([deadline, *(until for _, until in hellos.values())])
+                for key, _ in sel.select(max(0.0, wake - now)):
+                    if key.fileobj is listener:
+                        try:
+                            conn, _ = listener.accept()
+                        except (BlockingIOError, InterruptedError):
+                            continue
+                        conn.setblocking(False)
+                        hellos[conn] = (bytearray(), min(deadline, now + HELLO_WAIT))
+                        sel.register(conn, selectors.EVENT_READ)
+                        continue
+                    fileobj = key.fileobj
+                    assert isinstance(fileobj, socket.socket)
+                    conn = fileobj
+                    buf = hellos[conn][0]
+                    try:
+                        piece = conn.recv(_HELLO.size - len(buf))
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        piece = b""
+                    buf += piece
+                    if piece and len(buf) < _HELLO.size:
+                        continue
+                    src = self._hello_from(buf, waiting) if piece else None
+                    if src is None:
+                        refused += _drop(sel, hellos, conn)
+                        continue
+                    sel.unregister(conn)
+                    del hellos[conn]
+                    try:
+                        conn.settimeout(max(0.01, deadline - time.monotonic()))
+                        conn.sendall(self._hello(src))
+                    except OSError:
+                        conn.close()
+                        refused += 1
+                        continue
+                    self._socks[src] = conn
+                    waiting.discard(src)
+        finally:
+            for conn in hellos:
                 conn.close()
-                refused += 1
-                continue
-            self._socks[src] = conn
-            waiting.discard(src)
+            sel.close()
+
+    def _hello_from(self, hello: bytearray, waiting: set[int]) -> int | None:
+        """The rank a hello names, if it is this job's and that rank is still expected."""
+        magic, src, dst, n, token = _HELLO.unpack(hello)
+        ok = (magic, dst, n, token) == (HELLO_MAGIC, self._rank, self._n, self._token)
+        return int(src) if ok and src in waiting else None
+
+
+def _drop(
+    sel: selectors.BaseSelector,
+    hellos: dict[socket.socket, tuple[bytearray, float]],
+    conn: socket.socket,
+) -> int:
+    """Close a connection whose hello failed; returns 1 (one refused)."""
+    sel.unregister(conn)
+    del hellos[conn]
+    conn.close()
+    return 1
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes:
