@@ -117,6 +117,7 @@ class ScheduleStats:
     seconds: float = 0.0  # in operations, all of them
     last_seconds: float = 0.0  # the last operation
     step_seconds: list[float] = field(default_factory=list)  # the last operation, per step
+    step_log: list[float] = field(default_factory=list)  # every step of every operation
 
 
 class ScheduleClient:
@@ -286,6 +287,7 @@ class ScheduleClient:
                 except ValueError as exc:
                     raise self._garbage(t, str(exc)) from None
             st.step_seconds.append(time.perf_counter() - step_start)
+            st.step_log.append(st.step_seconds[-1])
         st.steps += len(self._plan)
         st.last_seconds = time.perf_counter() - started
         st.seconds += st.last_seconds

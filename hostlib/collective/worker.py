@@ -119,14 +119,14 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(max(0.0, args.start_at - time.time()))
         for _ in range(args.repeat):
             sent0, received0 = channel.bytes_sent(), channel.bytes_received()
-            messages0 = client.stats.messages_sent
+            messages0, steps0 = client.stats.messages_sent, len(client.stats.step_log)
             wall_start = time.time()
             started, cpu = time.perf_counter(), time.process_time()
             out = client.allreduce(x, codec)
             seconds = time.perf_counter() - started
             sent = [b - b0 for b, b0 in zip(channel.bytes_sent(), sent0, strict=True)]
             got = [b - b0 for b, b0 in zip(channel.bytes_received(), received0, strict=True)]
-            steps = client.stats.step_seconds
+            steps = client.stats.step_log[steps0:]  # of every phase of the codec
             line = {
                 "rank": args.rank,
                 "algo": schedule.algo,
