@@ -348,6 +348,31 @@ def _as_hook_client(client: ScheduleClient) -> AllreduceClient:
     return client  # mypy: the DDP hook state accepts a ScheduleClient
 
 
+def test_the_ddp_hook_averages_through_a_schedule_client() -> None:
+    torch = pytest.importorskip("torch", reason="PyTorch not installed")
+    from inaemu.hostlib.ddp import InaHookState, ina_allreduce_hook
+
+    class Bucket:  # what the hook uses of a dist.GradBucket
+        def __init__(self, tensor: Any) -> None:
+            self.tensor = tensor
+
+        def buffer(self) -> Any:
+            return self.tensor
+
+    schedule = ring(3)
+    grads = [torch.arange(10, dtype=torch.float32) * (r + 1) for r in range(3)]
+
+    def hook(client: ScheduleClient, r: int) -> Any:
+        state = InaHookState(client, run=7)  # codec None: plain float32 sums
+        out = ina_allreduce_hook(state, Bucket(grads[r].clone())).wait()
+        assert client.run == 7 and state.buckets == 1
+        return out
+
+    outs = run_ranks(schedule, MemoryMesh(3).channels, hook)
+    for out in outs:
+        assert torch.equal(out, torch.arange(10, dtype=torch.float32) * 2)  # (1+2+3)/3
+
+
 # ---------------------------------------------------------------------- TCP mesh
 
 
