@@ -321,7 +321,8 @@ def test_ddp_hook_state_with_an_explicit_run_needs_no_process_group() -> None:
     from inaemu.hostlib.ddp import InaHookState
 
     client = InaClient(ScriptedTransport(lambda rec: []), job_id=1, window=4)
-    assert InaHookState(client, run=77).client.run == 77
+    InaHookState(client, run=77)
+    assert client.run == 77
     with pytest.raises(RuntimeError, match="init_process_group"):
         InaHookState(client)
 
