@@ -113,9 +113,12 @@ def test_send_stream_window_fast_retransmit_and_timer() -> None:
     first = list(s.sendable(0.0))
     assert first == [bytes([i]) for i in range(4)]  # initial congestion window: 4
     # segment 0 lost; 1, 2, 3 arrive (sacked) -> fast retransmit of 0 once it is old enough
-    assert s.on_ack(0, 0b111, 0.5) == [b"\x00"]
+    assert s.on_ack(0, 0b111, 0.5) == [b"\x00"]  # lost: three later ones arrived
     assert s.cwnd == 2.0 and s.retransmissions == 1
     assert s.on_ack(0, 0b111, 0.5) == []  # not again at once
+    # selectively acked segments are no longer in flight: 0 is (resent), so one new one goes
+    assert list(s.sendable(0.5)) == [bytes([4])]
+    assert list(s.sendable(0.5)) == []
     s.on_ack(4, 0, 0.6)
     assert s.una == 4 and s.idle is False
     sent = list(s.sendable(0.6))

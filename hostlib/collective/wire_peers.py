@@ -8,12 +8,14 @@ network: host IP to host IP, routed by the switches' /32 routes (`inaemu routes`
 Each (sender, receiver) pair is one reliable stream of segments: a message is cut into
 segments that fit the MTU (`segment`), numbered 0, 1, 2, ... per stream; the receiver
 reassembles them in order (`RecvStream`) and acknowledges cumulatively with a selective-ack
-bitmap of the next `SACK_BITS` segments. The sender (`SendStream`) keeps at most
-`min(cwnd, window)` segments unacknowledged (AIMD: slow start, +1 per round trip, halved on a
-loss, 1 after a timeout), resends a segment once three later ones are acked (fast
-retransmit) and the oldest one when its RFC 6298 timer expires (Karn's rule, doubled on each
-timeout). The softswitch drops a frame when a wire's queue stays full (`tx_dropped`), and
-injected loss (`inaemu loss`) drops any frame: both are recovered.
+bitmap of the next `SACK_BITS` segments. The sender (`SendStream`) keeps at most `cwnd`
+segments in flight, not counting those selectively acked (RFC 6675's pipe; AIMD: slow start,
++1 per round trip, halved on a loss, 1 after a timeout), and none `window` or more past the
+oldest unacknowledged one; it resends a segment once three later ones are acked (fewer when
+fewer are out: early retransmit, RFC 5827) and the oldest one when its RFC 6298 timer expires
+(Karn's rule, doubled on each timeout, at most `RTO_MAX`). The softswitch drops a frame when
+a wire's queue stays full (`tx_dropped`), and injected loss (`inaemu loss`) drops any frame:
+both are recovered.
 
 Frames: Ethernet / IPv4 (no options) / UDP (dport `COLLECTIVE_UDP_PORT`, checksum 0) / a
 header (`DATA_HEADER` or `ACK_HEADER`) / payload; the payload's CRC-32 is checked on arrival.
@@ -185,6 +187,7 @@ class SendStream:
     rto: float = RTO_INITIAL
     backoff: int = 0
     recover: int = 0  # no second halving for losses below this segment
+    sacked: int = 0  # segments in una .. nxt the receiver has selectively acked
     progress_at: float = 0.0  # last time the peer acknowledged something new
     retransmissions: int = 0
     timeouts: int = 0
@@ -201,9 +204,12 @@ class SendStream:
         self.segs[self.end] = _Sent(frame)
 
     def sendable(self, now: float) -> Iterator[bytes]:
-        """New segments the window lets out now (marked sent)."""
-        limit = self.una + max(1, min(int(self.cwnd), self.window))
-        while self.nxt < min(limit, self.end):
+        """New segments the windows let out now (marked sent): at most `cwnd` in flight, not
+        counting those selectively acked (RFC 6675's pipe), and none `window` or more past
+        the oldest unacknowledged one (what the receiver's ack bitmap can describe)."""
+        limit = min(self.una + self.window, self.end)
+        cwnd = max(1, int(self.cwnd))
+        while self.nxt < limit and self.nxt - self.una - self.sacked < cwnd:
             if self.una == self.nxt:
                 self.progress_at = now  # the timer of a stream that was idle starts here
             seg = self.segs[self.nxt]
@@ -219,7 +225,9 @@ class SendStream:
         if cum > self.una:
             for seq in range(self.una, cum):
                 acked = self.segs.pop(seq)
-                if not acked.sacked:
+                if acked.sacked:
+                    self.sacked -= 1
+                else:
                     newest = acked
                 if self.cwnd < self.ssthresh:
                     self.cwnd += 1.0
@@ -233,17 +241,20 @@ class SendStream:
                 sacked = self.segs.get(cum + 1 + i) if sack >> i & 1 else None
                 if sacked is not None and not sacked.sacked:
                     sacked.sacked = True
+                    self.sacked += 1
                     newest = sacked
                     self.progress_at = now
         if newest is not None and not newest.retransmitted:
             self._sample(now - newest.sent_at)  # Karn: never from a resent segment
         resend: list[bytes] = []
+        # early retransmit (RFC 5827): with few segments out, fewer later ones must arrive
+        dupthresh = min(DUPTHRESH, max(1, self.nxt - self.una - 1))
         later = 0
         for seq in range(self.nxt - 1, self.una - 1, -1):
             seg = self.segs[seq]
             if seg.sacked:
                 later += 1
-            elif later >= DUPTHRESH and (not seg.retransmitted or now - seg.sent_at > self.rto):
+            elif later >= dupthresh and (not seg.retransmitted or now - seg.sent_at > self.rto):
                 # lost: three later segments got through (a resent one: when its timer ran out)
                 if seq >= self.recover:
                     self.ssthresh = max(self.cwnd / 2, 2.0)
