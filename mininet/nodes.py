@@ -344,10 +344,15 @@ class InaHost(_Host):  # type: ignore[misc]
 
     def startShell(self, mnopts: Any = None) -> None:
         """Mininet's shell in a new namespace, then IPv6 off before any interface exists (the
-        veths made later inherit `default`)."""
+        veths made later inherit `default`), and TCP connections that keep their congestion
+        window while idle: a collective's step waits for the previous one, and Linux would
+        otherwise restart every connection idle for an RTO from its initial window (RFC 2861),
+        penalising schedules that change peers every step (halving-doubling, MultiTree) against
+        the ring, whose connections stay busy. Clusters running collectives set the same."""
         CREATED.append(self)
         super().startShell(mnopts)
         self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+        self.cmd("sysctl -qw net.ipv4.tcp_slow_start_after_idle=0")
 
     def config(
         self, agg_ip: str | None = None, agg_mac: str | None = None, **params: Any
