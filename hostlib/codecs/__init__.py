@@ -10,7 +10,8 @@ encodings with a plain SUM / OR / MAX.
                   values; cheaper than the sketch once the union is known (docs/codecs.md)
 
 INCEPTIONN (`inceptionn.compress` / `decompress` / `ring_allreduce`) is lossy and not
-homomorphic (host-based ring aggregation); it is exported separately.
+homomorphic: hosts aggregate it, decompressing, adding and recompressing at every hop of a
+schedule (`inaemu.hostlib.collective.executor.InceptionnCodec`); it is exported separately.
 """
 
 from __future__ import annotations
