@@ -46,9 +46,10 @@ from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.compare_worker import ATTACH_TIMEOUT, AlgoResult, Task, serve
 from inaemu.controller.demo import (
     DemoError,
-    _program_topology,
-    _start_switches,
-    _stop_switches,
+    program_topology,
+    run_and_report,
+    start_switches,
+    stop_switches,
 )
 from inaemu.controller.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
 from inaemu.controller.jobs import JobError, JobManager, JobSpec
@@ -348,12 +349,12 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     pool: _Workers | None = None
     rows: list[AlgoRow] = []
     try:
-        switches, addresses = _start_switches(topo, workers, wires.path, opts)
+        switches, addresses = start_switches(topo, workers, wires.path, opts)
         for name, address in addresses.items():
             topo.switches[name] = replace(topo.switches[name], grpc=address)
         try:
             ctl, record = loop.run_until_complete(
-                _program_topology(topo, job, workers, opts.loss, routes=True)
+                program_topology(topo, job, workers, opts.loss, routes=True)
             )
         except (JobError, ControllerError) as exc:
             raise DemoError(str(exc)) from None
@@ -404,25 +405,13 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
         if ctl is not None:
             loop.run_until_complete(ctl.close())
         loop.close()
-        _stop_switches(switches)
+        stop_switches(switches)
         wires.cleanup()
 
 
 def main_compare(opts: DemoOptions) -> int:
-    try:
-        report = run_compare(opts)
-    except DemoError as exc:
-        print(f"inaemu demo: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninaemu demo: interrupted; workers and switches stopped", file=sys.stderr)
-        return 130
-    print(report.render())
-    if not report.ok:
-        print(
-            "inaemu demo: a result is not identical, bit-exact and within the bound on every "
-            "worker (see the table above)",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return run_and_report(
+        lambda: run_compare(opts),
+        "a result is not identical, bit-exact and within the bound on every worker (see the "
+        "table above)",
+    )

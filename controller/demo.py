@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from inaemu.controller.demo_worker import (
     JOB_ID,
@@ -235,7 +235,7 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
     return proc, fields["grpc"], fields["wire_dir"]
 
 
-def _start_switches(
+def start_switches(
     topo: Topology, workers: Sequence[str], wire_dir: str, opts: DemoOptions
 ) -> tuple[dict[str, subprocess.Popen[str]], dict[str, str]]:
     """One softswitch process per switch, all at once: its workers' ports on host wires, its
@@ -272,12 +272,12 @@ def _start_switches(
                 except DemoError as exc:
                     raise DemoError(f"switch {name}: {exc}") from None
         except BaseException:
-            _stop_switches(procs)
+            stop_switches(procs)
             raise
     return procs, addresses
 
 
-def _stop_switches(procs: dict[str, subprocess.Popen[str]]) -> None:
+def stop_switches(procs: dict[str, subprocess.Popen[str]]) -> None:
     for proc in procs.values():
         if proc.poll() is None:
             proc.terminate()
@@ -298,7 +298,7 @@ async def _program(topo: Topology, opts: DemoOptions) -> Controller:
     return ctl
 
 
-async def _program_topology(
+async def program_topology(
     topo: Topology,
     spec: JobSpec | None,
     workers: Sequence[str],
@@ -479,11 +479,11 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
     ctl: Controller | None = None
     switches: dict[str, subprocess.Popen[str]] = {}
     try:
-        switches, addresses = _start_switches(topo, workers, wires.path, opts)
+        switches, addresses = start_switches(topo, workers, wires.path, opts)
         for name, address in addresses.items():
             topo.switches[name] = replace(topo.switches[name], grpc=address)
         try:
-            ctl, record = loop.run_until_complete(_program_topology(topo, spec, workers, opts.loss))
+            ctl, record = loop.run_until_complete(program_topology(topo, spec, workers, opts.loss))
         except (JobError, ControllerError) as exc:
             raise DemoError(str(exc)) from None
         assert record is not None
@@ -521,7 +521,7 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         if ctl is not None:
             loop.run_until_complete(ctl.close())
         loop.close()
-        _stop_switches(switches)
+        stop_switches(switches)
         wires.cleanup()
 
 
@@ -530,20 +530,33 @@ def main_demo(opts: DemoOptions) -> int:
         from inaemu.controller.compare import main_compare
 
         return main_compare(opts)
+    return run_and_report(
+        lambda: run_demo(opts),
+        "the result is not identical, bit-exact and within the bound on every worker (see the "
+        "report above)",
+    )
+
+
+class Rendered(Protocol):
+    @property
+    def ok(self) -> bool: ...
+
+    def render(self) -> str: ...
+
+
+def run_and_report(run: Callable[[], Rendered], not_ok: str) -> int:
+    """Run a demo, print its report; the exit status: 0 ok, 1 failed (`not_ok` says how, on
+    stderr), 130 interrupted. Workers and switches are stopped by `run` itself."""
     try:
-        report = run_demo(opts)
+        report = run()
     except DemoError as exc:
         print(f"inaemu demo: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\ninaemu demo: interrupted; workers and switch stopped", file=sys.stderr)
+        print("\ninaemu demo: interrupted; workers and switches stopped", file=sys.stderr)
         return 130
     print(report.render())
     if not report.ok:
-        print(
-            "inaemu demo: the result is not identical, bit-exact and within the bound on "
-            "every worker (see the report above)",
-            file=sys.stderr,
-        )
+        print(f"inaemu demo: {not_ok}", file=sys.stderr)
         return 1
     return 0
