@@ -46,18 +46,20 @@ from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.compare_worker import ATTACH_TIMEOUT, AlgoResult, Task, serve
 from inaemu.controller.demo import (
     DemoError,
+    check_job_fits,
+    demo_topology,
+    open_wire_dir,
     program_topology,
     run_and_report,
     start_switches,
     stop_switches,
 )
 from inaemu.controller.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
-from inaemu.controller.jobs import JobError, JobManager, JobSpec
+from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
-from inaemu.controller.topology import Topology, TopologyError, describe_roles, load_or_build
+from inaemu.controller.topology import Topology, describe_roles
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import MAX_RUN
 
 EVERY_ALGO = ("ina", *ALGORITHMS)  # what `--algo all` runs, in this order
@@ -320,10 +322,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
         raise DemoError(f"--mtu must be {MIN_MTU}..{MAX_MTU} (IPv4 packet bytes)")
     if opts.grpc_port:
         raise DemoError("--grpc-port is for one switch; with --algo each switch takes a free port")
-    try:
-        topo = load_or_build(spec_text)
-    except TopologyError as exc:
-        raise DemoError(str(exc)) from None
+    topo = demo_topology(spec_text)
     hosts = list(topo.hosts)
     n = opts.workers if opts.topo and opts.workers else len(hosts)
     if not 2 <= n <= len(hosts):
@@ -333,14 +332,8 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     job = None
     if "ina" in opts.algos:
         job = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
-        try:
-            JobManager(topo).plan_add(job)  # refused here, before any process starts
-        except JobError as exc:
-            raise DemoError(str(exc)) from None
-    try:
-        wires = WireDir(opts.wire_dir) if opts.wire_dir else WireDir()
-    except OSError as exc:
-        raise DemoError(str(exc)) from None
+        check_job_fits(topo, job)
+    wires = open_wire_dir(opts)
     first_run = secrets.randbelow(MAX_RUN - len(opts.algos)) + 1 if opts.run is None else opts.run
     opts = replace(opts, workers=n, wire_dir=wires.path, run=first_run)
     loop = asyncio.new_event_loop()

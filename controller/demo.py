@@ -455,24 +455,15 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
     assert opts.topo is not None
     if opts.grpc_port:
         raise DemoError("--grpc-port is for one switch; with --topo each switch takes a free port")
-    try:
-        topo = load_or_build(opts.topo)
-    except TopologyError as exc:
-        raise DemoError(str(exc)) from None
+    topo = demo_topology(opts.topo)
     hosts = list(topo.hosts)
     n = opts.workers or len(hosts)
     if not 1 <= n <= len(hosts):
         raise DemoError(f"--workers must be 1..{len(hosts)} (the hosts of {opts.topo})")
     workers = tuple(hosts[:n])
     spec = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
-    try:
-        JobManager(topo).plan_add(spec)  # refused here, before any process starts
-    except JobError as exc:
-        raise DemoError(str(exc)) from None
-    try:
-        wires = WireDir(opts.wire_dir) if opts.wire_dir else WireDir()
-    except OSError as exc:
-        raise DemoError(str(exc)) from None
+    check_job_fits(topo, spec)
+    wires = open_wire_dir(opts)
     run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
     opts = replace(opts, workers=n, wire_dir=wires.path, run=run)
     loop = asyncio.new_event_loop()
@@ -523,6 +514,30 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         loop.close()
         stop_switches(switches)
         wires.cleanup()
+
+
+def demo_topology(text: str) -> Topology:
+    """The topology file or spec `text`; `DemoError` saying what is wrong with it."""
+    try:
+        return load_or_build(text)
+    except TopologyError as exc:
+        raise DemoError(str(exc)) from None
+
+
+def check_job_fits(topo: Topology, spec: JobSpec) -> None:
+    """Refuse (`DemoError`) a job the topology cannot hold, before any process starts."""
+    try:
+        JobManager(topo).plan_add(spec)
+    except JobError as exc:
+        raise DemoError(str(exc)) from None
+
+
+def open_wire_dir(opts: DemoOptions) -> WireDir:
+    """The demo's wire dir: `--wire-dir` if given, else a new private one."""
+    try:
+        return WireDir(opts.wire_dir) if opts.wire_dir else WireDir()
+    except OSError as exc:
+        raise DemoError(str(exc)) from None
 
 
 def main_demo(opts: DemoOptions) -> int:
