@@ -36,8 +36,8 @@ simple_switch_grpc when bmv2 is installed (log level `--bmv2-log-level`, default
 
 Prints a table; asserts nothing about the numbers. Without root (or network namespaces) it says
 so and exits; a switch that is not installed is skipped with the reason. The defaults (4 x 1M
-float32, 15,687 chunks per worker, 3 runs per switch) take 2-3 minutes on a 2-core machine,
-most of it bmv2's allreduces (15-25 s each).
+float32, 15,687 chunks per worker, 3 runs per switch) take 3-4 minutes on a 2-core machine,
+most of it bmv2's allreduces (13-25 s each) and its capacity measurements (10-20 s each).
 """
 
 from __future__ import annotations
