@@ -5,16 +5,20 @@ run, and results of other runs ignored."""
 
 from __future__ import annotations
 
+import json
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from inaemu.controller import cli
 from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.controller.star import star_job_plan
+from inaemu.controller.topology import star
 from inaemu.hostlib.client import InaClient, InaTimeoutError
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
@@ -335,3 +339,84 @@ def test_controller_continues_the_epochs_it_is_given() -> None:
 
     ctl = Controller(star(2), epochs={"s1": 41})
     assert ctl.jobs.plan_add(JobSpec(1, ("h1", "h2"), pool_size=4)).epochs == {"s1": 42}
+
+
+def _job_state(tmp_path: Path, **job: object) -> tuple[Path, Path]:
+    """A star(2) topology and a job state file with job 1 on it, as `job add` writes it (no
+    switch needed: `job new-run` and `job list` read only the file)."""
+    topo = tmp_path / "t.json"
+    star(2).save(topo)
+    record = {
+        "job_id": 1,
+        "workers": ["h1", "h2"],
+        "pool_size": 4,
+        "n_trees": 1,
+        "pools": {"s1": [0, 4]},
+        "mgids": [{"s1": 1}],
+        "epochs": {"s1": 1},
+    }
+    state = tmp_path / "t.json.jobs.json"
+    state.write_text(json.dumps({"jobs": [record | job], "epochs": {"s1": 1}}))
+    return topo, state
+
+
+def test_job_new_run_issues_each_run_id_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`inaemu job new-run` prints the next run id of the job's installation and records it in
+    the job state file: 1, 2, 3 across commands (a state file from before run ids starts at
+    1), and a command that rewrites the file (here `job new-run` of another job) keeps them."""
+    topo, state = _job_state(tmp_path)
+    argv = ["job", "new-run", "-t", str(topo), "--job", "1"]
+    issued = []
+    for _ in range(3):
+        assert cli.main(argv) == 0
+        issued.append(capsys.readouterr().out)
+    assert issued == ["1\n", "2\n", "3\n"]
+    assert json.loads(state.read_text())["jobs"][0]["last_run"] == 3
+    assert cli.main(["job", "list", "-t", str(topo)]) == 0
+    assert "job 1: workers h1,h2" in capsys.readouterr().out
+
+
+def test_job_new_run_under_concurrent_commands(tmp_path: Path) -> None:
+    """Eight `job new-run` commands at once (threads: each opens the state file itself, as
+    processes do) issue eight different run ids: the commands hold the file in turn."""
+    topo, state = _job_state(tmp_path)
+    argv = ["job", "new-run", "-t", str(topo), "--job", "1"]
+    codes = run_threads([partial(cli.main, argv) for _ in range(8)])
+    assert codes == [0] * 8
+    assert json.loads(state.read_text())["jobs"][0]["last_run"] == 8
+
+
+@pytest.mark.parametrize(
+    ("job", "last_run", "message"),
+    [
+        (2, 0, "job 2 is not installed (`inaemu job add` first)"),
+        (1, 0xFFFF, "job 1 has used all 65535 run ids of its installation; reinstall it"),
+    ],
+    ids=["unknown-job", "exhausted"],
+)
+def test_job_new_run_refusals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job: int, last_run: int, message: str
+) -> None:
+    topo, state = _job_state(tmp_path, last_run=last_run)
+    before = state.read_text()
+    assert cli.main(["job", "new-run", "-t", str(topo), "--job", str(job)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("inaemu job: ") and message in err and err.count("\n") == 1, err
+    assert state.read_text() == before
+
+
+def test_reinstallation_numbers_runs_from_one_again() -> None:
+    """`next_run` counts per installation: a reinstalled job (a new epoch on every switch)
+    starts again from 1, which its new epoch tells apart from the old installation's 1."""
+    from inaemu.controller.jobs import JobManager, JobSpec
+
+    jobs = JobManager(star(2))
+    spec = JobSpec(1, ("h1", "h2"), pool_size=4)
+    jobs.commit_add(jobs.plan_add(spec))
+    assert [jobs.next_run(1) for _ in range(3)] == [1, 2, 3]
+    jobs.commit_remove(1)
+    record = jobs.plan_add(spec)
+    jobs.commit_add(record)
+    assert record.epochs == {"s1": 2} and jobs.next_run(1) == 1
