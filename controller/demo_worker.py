@@ -142,7 +142,7 @@ def ina_client(
         window=opts.window,
         n_workers=opts.workers,
         n_trees=seat.n_trees,
-        run=opts.run or 0,  # the parent's, the same for every worker
+        run=opts.run,  # the parent's, the same for every worker
         give_up_after=opts.timeout,
         on_progress=on_progress,
     )

@@ -19,7 +19,7 @@ from inaemu.controller import cli
 from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.controller.star import star_job_plan
 from inaemu.controller.topology import star
-from inaemu.hostlib.client import InaClient, InaTimeoutError
+from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
     INA_DTYPE,
@@ -141,6 +141,46 @@ def test_reruns_on_one_installation_get_their_own_sums() -> None:
     assert pipe.ina_events.packets[Event.TAKEOVER] == 4 + 4 + 4  # every slot, every run
     packets_in, packets_accounted = accounted(pipe)
     assert packets_in == packets_accounted
+
+
+def rerun_with_default_arguments(
+    wire_dir: str, ports: list[int], xs: list[npt.NDArray[np.int32]]
+) -> str | None:
+    """New workers of job 1 (W=64) made with InaClient's default arguments sum `xs`: None if
+    every one got the exact sum, else the clear error they raised. A wrong sum fails."""
+    cs = [
+        InaClient(LoopbackWireTransport(p, wire_dir), job_id=1, window=64, give_up_after=10)
+        for p in ports
+    ]
+    try:
+        outs = reduce_all(cs, xs)
+    except InaError as exc:
+        return str(exc)
+    finally:
+        for c in cs:
+            c.transport.close()
+    for rank, o in enumerate(outs):
+        wrong = int(np.count_nonzero(o != exact(xs)))
+        assert wrong == 0, f"worker {rank}: {wrong} of {o.size} elements wrong, and no error"
+    return None
+
+
+def test_rerun_with_default_arguments_gets_the_exact_sum_or_a_clear_error() -> None:
+    """Four workers run job 1 (4,096 elements each: 64 chunks, one per slot), then four new
+    workers run it again on the same installation, both times with the client's default
+    arguments, as a restarted training job does. Each time every worker gets the exact sum or
+    an error that says how to get a run id, never a wrong sum. (With a silent default run id,
+    the second run's chunks had the seqs the first left in the cells: the switch answered
+    them as retransmissions with the first run's sums, every element wrong.)"""
+    ws = workers(4)
+    ports = [w.port for w in ws]
+    with running_switch(ports) as (sw, wire_dir):
+        install(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=64, mgid=1))
+        for seed in (1, 2):
+            error = rerun_with_default_arguments(wire_dir, ports, inputs(4, 4096, seed))
+            if error is not None:
+                assert "run id" in error and "inaemu job new-run" in error, error
+                assert "\n" not in error
 
 
 def test_reinstall_with_the_same_run_id_starts_clean() -> None:
@@ -269,7 +309,10 @@ def test_run_id_is_checked_and_restarts_the_numbering() -> None:
     with pytest.raises(ValueError, match=r"run must be 0\.\.65535"):
         InaClient(t, job_id=1, window=4, run=1 << 16)
     c = InaClient(t, job_id=1, window=4)
-    assert c.run == 0
+    assert (c.run, c.next_chunk) == (None, 0)  # no default: nothing goes out without one
+    with pytest.raises(InaError, match="no run id"):
+        c.allreduce_int32(np.zeros(K, dtype=np.int32))
+    assert t.sent == []
     c.next_chunk = 17
     c.start_run(5)
     assert (c.run, c.next_chunk) == (5, 0)

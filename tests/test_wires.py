@@ -104,7 +104,7 @@ def test_forged_frames_are_dropped_and_counted_while_old_udp_ports_are_held(
             forgers = forger_sockets(wire_dir)
             transports = [LoopbackWireTransport(w.port, wire_dir) for w in ws]
             clients = [
-                InaClient(t, job_id=1, window=window, initial_rto=0.05, give_up_after=30)
+                InaClient(t, job_id=1, run=1, window=window, initial_rto=0.05, give_up_after=30)
                 for t in transports
             ]
             forged = {
@@ -332,6 +332,7 @@ def test_three_softswitches_linked_port_to_port_sum_exactly() -> None:
             InaClient(
                 LoopbackWireTransport(port, wires, switch_name=leaf),
                 job_id=1,
+                run=1,
                 window=4,
                 initial_rto=0.05,
             )
@@ -417,7 +418,7 @@ def test_two_softswitch_processes_linked_by_the_cli_run_a_job(tmp_path: Path) ->
                 LoopbackWireTransport(2, wires, switch_name="s2"),
             ]
             clients = [
-                InaClient(t, job_id=1, window=8, initial_rto=0.05, give_up_after=30)
+                InaClient(t, job_id=1, run=1, window=8, initial_rto=0.05, give_up_after=30)
                 for t in transports
             ]
             xs = [np.arange(20 * K, dtype=np.int32) * (r + 1) for r in range(2)]
