@@ -48,10 +48,8 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.controller.topology import Topology, TopologyError, from_spec
-from inaemu.hostlib.codecs import make_codec
-from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.wire import FRAME_BYTES, K
-from inaemu.hostlib.worker import worker_input
+from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
 from inaemu.mininet.algos import (
     ALGORITHMS,
@@ -252,17 +250,9 @@ def natural(name: str) -> tuple[Any, ...]:
 
 def expected_result(codec: str, seed: int, n: int, size: int) -> npt.NDArray[Any]:
     """What every worker must get: numpy's exact sum of the inputs (int32), else the codec run
-    against the reference switch (`simulate_allreduce`)."""
-    if codec == "int32":
-        total = np.zeros(size, np.int64)
-        for rank in range(n):
-            total += worker_input(seed, rank, size, codec="int32")
-        if total.min() < np.iinfo(np.int32).min or total.max() > np.iinfo(np.int32).max:
-            raise ValueError("the int32 sum of the inputs overflows; use fewer workers")
-        return total.astype(np.int32)
-    inputs = [worker_input(seed, rank, size, codec=codec) for rank in range(n)]
-    results, _ = simulate_allreduce(make_codec(codec), inputs)
-    return results[0]
+    against the reference switch (`hostlib.worker.expected_sum`, which the worker's --check
+    uses too)."""
+    return expected_sum(seed, n, size, codec=codec)
 
 
 def load_results(
