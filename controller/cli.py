@@ -302,10 +302,11 @@ def _cmd_job(args: argparse.Namespace) -> None:
                 f"inaemu job new-run -t {args.topology} --job {spec.job_id}"
                 + (f" --state {args.state}" if args.state else "")
             )
-        else:
-            await ctl.remove_job(args.job)
+        else:  # a switch that lost the job (restarted) has nothing to delete: not an error
+            lacking = await ctl.remove_job(args.job, gone_ok=True)
             _save_state(path, ctl.jobs)
-            print(f"job {args.job} removed")
+            lost = f" ({', '.join(lacking)} had lost some or all of it: restarted?)"
+            print(f"job {args.job} removed" + (lost if lacking else ""))
 
     ctl, specs = _controller(args)
     if args.action == "list":  # the state file is the answer: no switch needed
