@@ -24,7 +24,6 @@ from inaemu.conformance.bmv2_target import (
     Switch,
     start_switch,
     stop_switches,
-    wait_thrift,
 )
 from inaemu.conformance.nanomsg import PacketSocket, wait_readable
 from inaemu.conformance.network import (
@@ -66,7 +65,6 @@ class Bmv2NetworkRunner:
                 stop_switches(switches.values(), STOP_WAIT_S)
 
     def _set_up(self, case: NetworkCase, sw: Switch) -> None:
-        wait_thrift(sw.thrift, sw.proc, sw.errors)
         self.single.set_up(case.setups[sw.name], sw.thrift)
         sw.socket = PacketSocket(sw.packet_in)
 

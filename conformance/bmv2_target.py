@@ -136,16 +136,67 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listener_pid_owns(port: int, pid: int) -> bool:
+    """Whether process `pid` holds the socket listening on 127.0.0.1/0.0.0.0 TCP `port`
+    (Linux: the socket's inode in /proc/net/tcp among the process's descriptors)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
+class ThriftPortTaken(RuntimeError):
+    """Another process answered on the thrift port picked for a new simple_switch."""
+
+
 def wait_thrift(port: int, proc: subprocess.Popen[bytes], errors: Path) -> None:
     """Until simple_switch `proc` listens on its thrift `port` (`START_TIMEOUT_S` at most);
-    `errors` is the file its stderr goes to, quoted if it exits."""
+    `errors` is the file its stderr goes to, quoted if it exits. A port picked free can be
+    taken by another process before simple_switch binds it (others start switches too): an
+    answer from a socket that is not `proc`'s, or `proc` exiting because the address is in
+    use, raises `ThriftPortTaken`, never a switch set up through somebody else's port."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"simple_switch exited: {errors.read_text().strip()}")
+            said = errors.read_text().strip()
+            with socket.socket() as s:
+                answered = s.connect_ex(("127.0.0.1", port)) == 0
+            if "in use" in said.lower() or answered:
+                raise ThriftPortTaken(f"thrift port {port}: {said}")
+            raise RuntimeError(f"simple_switch exited: {said}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+                if listener_pid_owns(port, proc.pid):
+                    return
+                if proc.poll() is None and time.monotonic() + 1 < deadline:
+                    time.sleep(0.2)  # ours may still be binding: a second look decides
+                    if listener_pid_owns(port, proc.pid):
+                        return
+                raise ThriftPortTaken(f"thrift port {port} answers for another process")
         time.sleep(0.05)
     raise TimeoutError(f"simple_switch did not open its thrift port in {START_TIMEOUT_S:.0f} s")
 
@@ -168,10 +219,30 @@ class Switch:
             )
 
 
+START_ATTEMPTS = 3  # new thrift ports tried when another process takes the one picked
+
+
 def start_switch(json_path: Path, d: Path, name: str, *, log_level: str = "warn") -> Switch:
     """simple_switch for `json_path` on a packet-in socket in `d`, with its own thrift port,
     log and notifications socket (the default one is shared by every simple_switch on the
-    machine, so a second one failed to start). Not ready yet: see `wait_thrift`."""
+    machine, so a second one failed to start), ready: its thrift port answers (another port
+    is tried if somebody else took the one picked)."""
+    for attempt in range(START_ATTEMPTS):
+        sw = _launch_switch(json_path, d, name, log_level)
+        try:
+            wait_thrift(sw.thrift, sw.proc, sw.errors)
+            return sw
+        except ThriftPortTaken:
+            stop_switches([sw])
+            if attempt + 1 == START_ATTEMPTS:
+                raise
+        except BaseException:
+            stop_switches([sw])
+            raise
+    raise AssertionError("unreachable")
+
+
+def _launch_switch(json_path: Path, d: Path, name: str, log_level: str) -> Switch:
     thrift = free_port()
     packet_in = f"ipc://{d / name}.ipc"
     argv = [
@@ -257,7 +328,6 @@ class Bmv2Runner:
         with tempfile.TemporaryDirectory(prefix="inaemu-bmv2-") as tmp:
             sw = start_switch(self.json_path, Path(tmp), "switch")
             try:
-                wait_thrift(sw.thrift, sw.proc, sw.errors)
                 self.set_up(case, sw.thrift)
                 sock = sw.socket = PacketSocket(sw.packet_in)
                 deadline = time.monotonic() + timeout

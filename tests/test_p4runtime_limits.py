@@ -185,6 +185,7 @@ class Allreduces:
             InaClient(
                 LoopbackWireTransport(port, wire_dir),
                 job_id=1,
+                run=1,
                 window=4,
                 initial_rto=0.05,
                 give_up_after=120,
