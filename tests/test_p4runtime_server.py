@@ -41,7 +41,15 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     parse_frames,
 )
-from inaemu.p4.constants import INA_SLOTS, P4INFO_PATH, DropReason, Event
+from inaemu.p4.constants import (
+    INA_DROP_REASONS,
+    INA_EVENTS,
+    INA_PORTS,
+    INA_SLOTS,
+    P4INFO_PATH,
+    DropReason,
+    Event,
+)
 from inaemu.p4.info import load_p4info
 from inaemu.softswitch.p4runtime.arbitration import Arbitration
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, decode_bytes, encode_bytes
@@ -1281,7 +1289,7 @@ def test_end_to_end_ina_job_programmed_over_grpc(server: P4RuntimeServer) -> Non
             }
             assert events[Event.CONTRIBUTION] == 2 and events[Event.COMPLETE_ROOT] == 1
             every = [e async for e in finsy_read(sw, fy.P4CounterEntry())]
-            assert len(every) == 9 + 512 + 16 + 512
+            assert len(every) == INA_EVENTS + INA_PORTS + INA_DROP_REASONS + INA_PORTS
             drops = [
                 e
                 async for e in finsy_read(
@@ -1372,6 +1380,8 @@ def test_p4runtime_shell_client(push_config: bool, pipeline: Pipeline) -> None:
             str(REPO / "tests" / "p4runtime_shell_check.py"),
             "--grpc-addr",
             server.address,
+            "--drop-reasons",
+            str(INA_DROP_REASONS),
         ]
         if push_config:
             args += ["--config", f"{P4INFO_PATH},{P4INFO_PATH}"]  # any bytes do as device config
