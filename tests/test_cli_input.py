@@ -18,6 +18,7 @@ import pytest
 from inaemu.controller import cli, demo, p4rt
 from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.controller.topology import Topology, star
+from inaemu.hostlib.loopback import WireDir, WireError
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.pipeline import Pipeline
 
@@ -480,3 +481,193 @@ def test_demo_exit_status_needs_exact_and_bounded(
     assert report.ok is (status == 0)
     if status:
         assert "inaemu demo: the result" in err
+
+
+# ---------------------------------------------------------------------- argument values
+#
+# Every option a user types is checked by a shared type (`inaemu.hostlib.args`) before
+# anything is created, bound or started: a usage error is one line `<prog>: ...` on stderr
+# and exit status 2. The programs run in this process; what would start, bind or compute on
+# a value that slipped through is replaced by a tripwire, so a case that is not refused
+# fails at once instead of running a demo or a switch.
+
+
+class Started(Exception):
+    """A command got past its argument checks (a tripwire went off)."""
+
+
+def _trip(*_: Any, **__: Any) -> Any:
+    raise Started("the command went on with a value it should have refused")
+
+
+def usage_refused(
+    capsys: pytest.CaptureFixture[str], main: Callable[[list[str]], Any], prog: str, *args: str
+) -> str:
+    """Run `main(args)`, which must refuse its arguments: exit status 2 and one line
+    `<prog>: ...` on stderr, no traceback. Returns the line."""
+    try:
+        rc = main(list(args))
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"{prog}: ") and err.count("\n") == 1, err
+    return err
+
+
+TOO_LONG = "w" * 120  # a wire dir name that leaves no room for socket paths
+
+
+def test_wire_dir_too_long_is_not_made(tmp_path: Path) -> None:
+    """The library refuses it before mkdir too (the softswitch's wire dir, a host's)."""
+    wires = tmp_path / TOO_LONG
+    with pytest.raises(WireError, match="too long for socket paths"):
+        WireDir(wires)
+    assert not wires.exists()
+
+
+@pytest.fixture
+def no_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "main_demo", _trip)
+
+
+DEMO_ARGS: list[tuple[list[str], str]] = [
+    (["--grpc-port", "70000"], "--grpc-port: expected a TCP port in 0..65535 (0: any free)"),
+    (["--grpc-port", "-1"], "--grpc-port: expected a TCP port in 0..65535"),
+    (["--grpc-port", "x"], "--grpc-port: expected a TCP port"),
+    (["--timeout", "0"], "--timeout: expected seconds in (0, 86400], got '0'"),
+    (["--timeout", "-5"], "--timeout: expected seconds in (0, 86400]"),
+    (["--timeout", "nan"], "--timeout: expected seconds"),
+    (["--timeout", "inf"], "--timeout: expected seconds"),
+    (["--timeout", "1e9"], "--timeout: expected seconds"),
+    (["--workers", "0"], "--workers: expected a number of workers in 1..64"),
+    (["--workers", "-3"], "--workers: expected a number of workers"),
+    (["--size", "0"], "--size: expected a number of elements in 1..268435456"),
+    (["--size", "-1"], "--size: expected a number of elements"),
+    (["--size", "9" * 5000], "--size: expected a number of elements"),
+    (["--window", "0"], "--window: expected a number of slots in 1..32767"),
+    (["--window", "32768"], "--window: expected a number of slots in 1..32767"),
+    (["--loss", "1"], "--loss: expected a probability in [0, 1) (1 would drop everything)"),
+    (["--loss", "nan"], "--loss: expected a probability"),
+    (["--density", "0"], "--density: expected a fraction of non-zero elements in (0, 1]"),
+    (["--density", "1.5"], "--density: expected a fraction"),
+    (["--seed", "-1"], "--seed: expected a seed in 0..18446744073709551615"),
+    (["--trees", "-1"], "--trees: expected a number of trees in 0..255"),
+    (["--trees", "256"], "--trees: expected a number of trees"),
+    (["--mtu", "100"], "--mtu: expected IPv4 packet bytes in 128..9000"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), DEMO_ARGS, ids=[f"{a[0][2:]}={a[1][:12]}" for a, _ in DEMO_ARGS]
+)
+def test_demo_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str], no_demo: None, args: list[str], message: str
+) -> None:
+    err = usage_refused(capsys, cli.main, "inaemu demo", "demo", *args)
+    assert f"argument {message}" in err
+
+
+def test_demo_wire_dir_too_long_is_refused_before_it_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_demo: None
+) -> None:
+    wires = tmp_path / TOO_LONG
+    err = usage_refused(capsys, cli.main, "inaemu demo", "demo", "--wire-dir", str(wires))
+    assert "too long for socket paths (at most 91 bytes)" in err
+    assert not wires.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topo", "mesh:10x10"], "has 100 switches; the demo runs one process per switch, at"),
+        (["--topo", "bigraph:40x2"], "80 workers; the demo runs one process per worker, at most"),
+        (["--size", "100000000"], "4 workers x --size 100,000,000 is 400,000,000 elements"),
+        (["--workers", "32", "--size", "10000000"], "holds at most 268,435,456 (1 GiB"),
+    ],
+    ids=["switches", "workers", "elements", "elements-32"],
+)
+def test_demo_larger_than_this_machine_is_refused(
+    capsys: pytest.CaptureFixture[str], no_demo: None, args: list[str], message: str
+) -> None:
+    assert message in refused(capsys, "demo", *args)
+
+
+LOSS_PORTS: list[tuple[str, str]] = [
+    ("5-1", "the range 5-1 is empty: write 1-5"),
+    ("511", "port 511 is not a switch port in 0..510 (511 is the drop port)"),
+    ("600", "port 600 is not a switch port in 0..510"),
+    ("1-99999999999999999999", "port 99999999999999999999 is not a switch port"),
+    ("1,1", "port 1 is named twice in '1,1'"),
+    ("1-4,3", "port 3 is named twice"),
+    ("", "expected switch ports such as 1-4,7"),
+    ("1,,2", "expected switch ports such as 1-4,7"),
+    ("one", "expected switch ports such as 1-4,7"),
+    ("-1", "expected switch ports such as 1-4,7"),
+]
+
+
+@pytest.mark.parametrize(("ports", "message"), LOSS_PORTS, ids=[p for p, _ in LOSS_PORTS])
+def test_loss_refuses_bad_ports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ports: str, message: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    args = ("loss", "-t", str(path), "--switch", "s1", "--ports", ports, "--probability", "0.1")
+    assert f"argument --ports: {message}" in usage_refused(capsys, cli.main, "inaemu loss", *args)
+
+
+@pytest.mark.parametrize("probability", ["1.5", "-0.1", "nan", "inf", "ten"])
+def test_loss_refuses_a_probability_outside_0_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], probability: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    args = ("loss", "-t", str(path), "--switch", "s1", "--ports", "1", "--probability", probability)
+    err = usage_refused(capsys, cli.main, "inaemu loss", *args)
+    assert f"argument --probability: expected a probability in [0, 1], got '{probability}'" in err
+
+
+JOB_ARGS: list[tuple[list[str], str]] = [
+    (["--job", "-1"], "--job: expected a job id in 0..65535"),
+    (["--job", "65536"], "--job: expected a job id in 0..65535"),
+    (["--pool", "0"], "--pool: expected a number of slots in 1..32767"),
+    (["--pool", "40000"], "--pool: expected a number of slots in 1..32767"),
+    (["--trees", "-1"], "--trees: expected a number of trees in 0..255"),
+    (["--trees", "300"], "--trees: expected a number of trees"),
+    (["--workers", "h1,,h2"], "--workers: expected names separated by commas, none empty"),
+    (["--workers", "h1,"], "--workers: expected names"),
+    (["--workers", "h1", "--roots", "s1,"], "--roots: expected names"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), JOB_ARGS, ids=[f"{a[0][2:]}={a[1]}" for a, _ in JOB_ARGS]
+)
+def test_job_refuses_bad_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    if "--workers" not in args:
+        args = [*args, "--workers", "h1,h2"]
+    err = usage_refused(capsys, cli.main, "inaemu job", "job", "add", "-t", str(path), *args)
+    assert f"argument {message}" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "the following arguments are required: command"),
+        (["nope"], "argument command: invalid choice: 'nope'"),
+        (["stats"], "the following arguments are required: -t/--topology"),
+        (["stats", "-t", "t.json", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["conformance", "--target", "nope"], "argument --target: invalid choice: 'nope'"),
+    ],
+    ids=["no-command", "unknown-command", "missing-option", "unknown-option", "conformance"],
+)
+def test_argparse_own_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    prog = "inaemu" if args[:1] in ([], ["nope"]) else f"inaemu {args[0]}"
+    assert message in usage_refused(capsys, cli.main, prog, *args)
