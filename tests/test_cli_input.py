@@ -20,6 +20,7 @@ from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.controller.topology import Topology, star
 from inaemu.hostlib.loopback import WireDir, WireError
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
+from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
@@ -671,3 +672,68 @@ def test_argparse_own_errors_are_one_line(
 ) -> None:
     prog = "inaemu" if args[:1] in ([], ["nope"]) else f"inaemu {args[0]}"
     assert message in usage_refused(capsys, cli.main, prog, *args)
+
+
+@pytest.fixture
+def never_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A P4Runtime server that would start trips instead."""
+    monkeypatch.setattr(P4RuntimeServer, "start", _trip)
+
+
+SOFTSWITCH_ARGS: list[tuple[list[str], str]] = [
+    (["--wires", "3-1"], "--wires: the range 3-1 is empty: write 1-3"),
+    (["--wires", "511"], "--wires: port 511 is not a switch port in 0..510 (511 is the drop"),
+    (["--wires", "1-99999999999999999999"], "--wires: port 99999999999999999999 is not"),
+    (["--wires", "1,2,1"], "--wires: port 1 is named twice"),
+    (["--device-id", "-1"], "--device-id: expected a P4Runtime device id in 0..1844674407370955"),
+    (["--device-id", str(2**64)], "--device-id: expected a P4Runtime device id"),
+    (["--grpc", "127.0.0.1:70000"], '--grpc: expected an address "host:port" with a port in 0'),
+    (["--grpc", "127.0.0.1:-1"], "--grpc: expected an address"),
+    (["--seed", "-1"], "--seed: expected a seed in 0..18446744073709551615"),
+    (["--link", "511=s2.1"], "--link 511=s2.1: expected a switch port in 0..510 (511 is the"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), SOFTSWITCH_ARGS, ids=[" ".join(a)[:24] for a, _ in SOFTSWITCH_ARGS]
+)
+def test_softswitch_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str], never_serves: None, args: list[str], message: str
+) -> None:
+    assert message in usage_refused(capsys, cli.main, "softswitch", "softswitch", *args)
+
+
+def test_softswitch_wire_dir_too_long_is_refused_before_it_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], never_serves: None
+) -> None:
+    wires = tmp_path / TOO_LONG
+    args = ("softswitch", "--wire-dir", str(wires), "--wires", "1")
+    assert "too long for socket paths" in usage_refused(capsys, cli.main, "softswitch", *args)
+    assert not wires.exists()
+
+
+P4RT_SERVER = "python -m inaemu.softswitch.p4runtime.server"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device-id", "-1"], "--device-id: expected a P4Runtime device id"),
+        (["--device-id", str(2**64)], "--device-id: expected a P4Runtime device id"),
+        (["--address", "127.0.0.1:70000"], "--address: expected an address"),
+    ],
+    ids=["device-negative", "device-huge", "port"],
+)
+def test_p4runtime_server_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str], never_serves: None, args: list[str], message: str
+) -> None:
+    assert message in usage_refused(capsys, server_main, P4RT_SERVER, *args)
+
+
+def test_p4runtime_server_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        err = usage_refused(capsys, server_main, P4RT_SERVER, "--address", address)
+    assert f"cannot listen on {address}: address already in use" in err
