@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.client import InaClient, InaError
 from inaemu.hostlib.codecs import CODECS, make_codec
 from inaemu.hostlib.transport import TransportError, UdpTransport
@@ -75,38 +76,38 @@ def add_static_arp(ip: str, mac: str, local_ip: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = arg.ArgumentParser(
         prog="python -m inaemu.hostlib.worker",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    ap.add_argument("--job", type=int, required=True)
-    ap.add_argument("--workers", type=int, required=True, help="the job's worker count")
-    ap.add_argument("--rank", type=int, required=True, help="this worker, 0..workers-1")
+    ap.add_argument("--job", type=arg.JOB_ID, required=True)
+    ap.add_argument("--workers", type=arg.WORKERS, required=True, help="the job's worker count")
+    ap.add_argument("--rank", type=arg.RANK, required=True, help="this worker, 0..workers-1")
     ap.add_argument("--local-ip", required=True)
     ap.add_argument("--switch-ip", required=True, help="the switch's aggregation address")
     ap.add_argument("--switch-mac", help="add a permanent ARP entry for --switch-ip (root)")
-    ap.add_argument("--size", type=int, default=100_000, help="elements per worker")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--density", type=float, default=1.0)
+    ap.add_argument("--size", type=arg.ELEMENTS, default=100_000, help="elements per worker")
+    ap.add_argument("--seed", type=arg.SEED, default=1)
+    ap.add_argument("--density", type=arg.DENSITY, default=1.0)
     ap.add_argument("--codec", choices=sorted(CODECS), default="int32")
-    ap.add_argument("--window", type=int, default=64, help="the job's pool size")
+    ap.add_argument("--window", type=arg.WINDOW, default=64, help="the job's pool size")
     ap.add_argument(
         "--fixed-window",
         action="store_true",
         help="keep the whole window in flight (no congestion control)",
     )
-    ap.add_argument("--trees", type=int, default=1)
+    ap.add_argument("--trees", type=arg.Integer(1, arg.MAX_TREES, "a number of trees"), default=1)
     ap.add_argument(
         "--run",
-        type=int,
+        type=arg.RUN_ID,
         default=0,
         help="run id (0..65535): the same on every worker of a run, new for each run",
     )
-    ap.add_argument("--repeat", type=int, default=1, help="allreduces of the same input")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds without progress")
+    ap.add_argument("--repeat", type=arg.REPEAT, default=1, help="allreduces of the same input")
+    ap.add_argument("--timeout", type=arg.SECONDS, default=30.0, help="seconds without progress")
     ap.add_argument(
         "--start-at",
-        type=float,
+        type=arg.wall_clock,
         help="wall-clock time (Unix seconds) to begin the first allreduce at",
     )
     ap.add_argument("--out", type=Path, help="write the last result here (.npy)")
@@ -118,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     name = f"worker {args.rank}"
     if not 0 <= args.rank < args.workers:
         print(f"{name}: --rank must be within 0..{args.workers - 1}", file=sys.stderr)
+        return 2
+    if args.window % args.trees:
+        print(f"{name}: --window {args.window} must be a multiple of --trees", file=sys.stderr)
         return 2
     try:
         if args.switch_mac:

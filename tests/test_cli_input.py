@@ -15,9 +15,12 @@ from typing import Any
 import grpc
 import pytest
 
+from inaemu.collectives import ring
 from inaemu.controller import cli, demo, p4rt
 from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.controller.topology import Topology, star
+from inaemu.hostlib import worker as ina_worker
+from inaemu.hostlib.collective import worker as rank_worker
 from inaemu.hostlib.loopback import WireDir, WireError
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
@@ -737,3 +740,83 @@ def test_p4runtime_server_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixt
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         err = usage_refused(capsys, server_main, P4RT_SERVER, "--address", address)
     assert f"cannot listen on {address}: address already in use" in err
+
+
+WORKER = "python -m inaemu.hostlib.worker"
+WORKER_BASE = ["--job", "1", "--workers", "2", "--rank", "0"]
+WORKER_BASE += ["--local-ip", "127.0.0.1", "--switch-ip", "127.0.0.1"]
+
+WORKER_ARGS: list[tuple[list[str], str]] = [
+    (["--job", "-1"], "--job: expected a job id in 0..65535"),
+    (["--job", "65536"], "--job: expected a job id"),
+    (["--workers", "0"], "--workers: expected a number of workers in 1..65535"),
+    (["--rank", "-1"], "--rank: expected a rank in 0..65534"),
+    (["--size", "0"], "--size: expected a number of elements in 1..268435456"),
+    (["--size", str(2**28 + 1)], "--size: expected a number of elements"),
+    (["--seed", "-1"], "--seed: expected a seed"),
+    (["--density", "0"], "--density: expected a fraction of non-zero elements in (0, 1]"),
+    (["--density", "2"], "--density: expected a fraction"),
+    (["--window", "0"], "--window: expected a number of slots in 1..32767"),
+    (["--trees", "0"], "--trees: expected a number of trees in 1..255"),
+    (["--run", "65536"], "--run: expected a run id in 0..65535"),
+    (["--repeat", "0"], "--repeat: expected a number of allreduces in 1..1000000"),
+    (["--timeout", "0"], "--timeout: expected seconds in (0, 86400]"),
+    (["--timeout", "inf"], "--timeout: expected seconds"),
+    (["--start-at", "inf"], "--start-at: expected a wall-clock time in Unix seconds"),
+    (["--start-at", "1e18"], "--start-at: expected a wall-clock time"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), WORKER_ARGS, ids=[" ".join(a) for a, _ in WORKER_ARGS]
+)
+def test_worker_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setattr(ina_worker, "UdpTransport", _trip)
+    argv = WORKER_BASE + args  # argparse takes the last of an option given twice
+    assert message in usage_refused(capsys, ina_worker.main, WORKER, *argv)
+
+
+def test_worker_window_that_the_trees_do_not_divide(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ina_worker, "UdpTransport", _trip)
+    argv = [*WORKER_BASE, "--window", "64", "--trees", "3"]
+    err = usage_refused(capsys, ina_worker.main, "worker 0", *argv)
+    assert "--window 64 must be a multiple of --trees" in err
+
+
+RANK = "python -m inaemu.hostlib.collective.worker"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rank", "-1"], "--rank: expected a rank in 0..65534"),
+        (["--run", "65536"], "--run: expected a run id in 0..65535"),
+        (["--seed", "-1"], "--seed: expected a seed"),
+        (["--density", "0"], "--density: expected a fraction"),
+        (["--size", str(2**28 + 1)], "--size: expected a number of elements in 0..268435456"),
+        (["--timeout", "inf"], "--timeout: expected seconds"),
+        (["--repeat", str(10**7)], "--repeat: expected a number of allreduces"),
+        (["--start-at", "nan"], "--start-at: expected a wall-clock time"),
+        (["--listen-fd", "-1"], "--listen-fd: expected an open file descriptor"),
+    ],
+    ids=["rank", "run", "seed", "density", "size", "timeout", "repeat", "start-at", "fd"],
+)
+def test_collective_worker_refuses_bad_values(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setattr(rank_worker, "TcpPeers", _trip)
+    ring.schedule(star(2)).save(tmp_path / "ring.json")
+    base = ["--schedule", str(tmp_path / "ring.json"), "--rank", "0"]
+    argv = [*base, "--peers", "127.0.0.1:1,127.0.0.1:2", *args]
+    assert message in usage_refused(capsys, rank_worker.main, RANK, *argv)
