@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
+from inaemu.collectives import cli as schedule_cli
 from inaemu.collectives import ring
 from inaemu.controller import cli, demo, p4rt
 from inaemu.controller.stats import StatsReport, SwitchCounters
@@ -22,6 +23,8 @@ from inaemu.controller.topology import Topology, star
 from inaemu.hostlib import worker as ina_worker
 from inaemu.hostlib.collective import worker as rank_worker
 from inaemu.hostlib.loopback import WireDir, WireError
+from inaemu.mininet import debian
+from inaemu.mininet import run as mininet_run
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
@@ -820,3 +823,38 @@ def test_collective_worker_refuses_bad_values(
     base = ["--schedule", str(tmp_path / "ring.json"), "--rank", "0"]
     argv = [*base, "--peers", "127.0.0.1:1,127.0.0.1:2", *args]
     assert message in usage_refused(capsys, rank_worker.main, RANK, *argv)
+
+
+MININET_ARGS: list[tuple[list[str], str]] = [
+    (["--size", "1G"], "--size: size '1G': at most 256M elements per worker"),
+    (["--size", "9" * 40], "--size: bad size"),
+    (["--sizes", "1K,1G"], "--sizes: size '1G': at most 256M elements"),
+    (["--timeout", "0"], "--timeout: expected seconds in (0, 86400]"),
+    (["--limit", "-1"], "--limit: expected seconds"),
+    (["--seed", "-1"], "--seed: expected a seed"),
+    (["--window", "0"], "--window: expected a number of slots in 1..32767"),
+    (["--size", "128M"], "4 workers x 134,217,728 elements is more than 268,435,456"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), MININET_ARGS, ids=[" ".join(a)[:20] for a, _ in MININET_ARGS]
+)
+def test_mininet_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    """Refused before Mininet is looked for (no root needed)."""
+    monkeypatch.setattr(debian, "ensure", _trip)
+    argv = ["--topo", "star:4", "--no-install", *args]
+    assert message in usage_refused(capsys, mininet_run.main, "inaemu mininet", *argv)
+
+
+def test_schedule_refuses_more_ranks_than_it_checks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schedule_cli, "FlowRoutes", _trip)
+    err = usage_refused(capsys, cli.main, "inaemu schedule", "schedule", "--topo", "torus:32x32")
+    assert "torus:32x32: 1,024 ranks; the checker takes at most 256" in err
