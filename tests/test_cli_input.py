@@ -17,7 +17,7 @@ import pytest
 
 from inaemu.collectives import cli as schedule_cli
 from inaemu.collectives import ring
-from inaemu.controller import cli, demo, p4rt
+from inaemu.controller import cli, demo, p4rt, topology
 from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.controller.topology import Topology, star
 from inaemu.hostlib import worker as ina_worker
@@ -858,3 +858,110 @@ def test_schedule_refuses_more_ranks_than_it_checks(
     monkeypatch.setattr(schedule_cli, "FlowRoutes", _trip)
     err = usage_refused(capsys, cli.main, "inaemu schedule", "schedule", "--topo", "torus:32x32")
     assert "torus:32x32: 1,024 ranks; the checker takes at most 256" in err
+
+
+# ---------------------------------------------------------------------- sizes and depths
+
+
+@pytest.fixture
+def no_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A builder that starts adding switches or hosts trips: sizes must be refused before."""
+    monkeypatch.setattr(Topology, "add_switch", _trip)
+    monkeypatch.setattr(Topology, "add_host", _trip)
+
+
+TOO_LARGE: list[tuple[list[str], str]] = [
+    (["mesh:100000x100000"], "mesh 100000x100000 would have 10,000,000,000 hosts"),
+    (["fat-tree:1000000"], "fat-tree 1000000 would have 250,000,000,000,000,000 hosts"),
+    (["fat-tree:64"], "fat-tree 64 would have 65,536 hosts and 5,120 switches"),
+    (["torus:237x237"], "torus 237x237 would have 56,169 hosts and 56,169 switches"),
+    (["leaf-spine:500x10x500"], "leaf-spine 500x10x500 would have 250,000 hosts"),
+    (["bigraph:300x400"], "BiGraph(300, 400) would have 120,000 hosts"),
+    (["leaf-spine", "--leaves", "300", "--hosts", "300"], "would have 90,000 hosts"),
+    (["mesh:" + "9" * 5000 + "x1"], "numbers of at most 9 digits; the builders make at most"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), TOO_LARGE, ids=[" ".join(a)[:24] for a, _ in TOO_LARGE]
+)
+def test_topologies_too_large_to_build_are_refused_at_once(
+    capsys: pytest.CaptureFixture[str], no_building: None, args: list[str], message: str
+) -> None:
+    err = refused(capsys, "topo", *args, "-o", "/nonexistent/t.json")
+    assert message in err and "at most 64,000 hosts" in err
+
+
+def test_the_host_cap_is_what_the_builders_can_address() -> None:
+    ip, mac = topology._host_addr(topology.MAX_HOSTS - 1)
+    assert topology._ipv4_prefix(ip) and topology._mac(mac)
+    assert not topology._ipv4_prefix(topology._host_addr(topology.MAX_HOSTS)[0])
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_nested(100_000), "lists and objects nested more than 32 deep; not a topology file"),
+        ('{"links": ' + _nested(40) + "}", "nested more than 32 deep"),
+        ('{"hosts": ' + '{"a": ' * 50_000 + "1" + "}" * 50_001, "nested more than 32 deep"),
+        (
+            '{"switches": {"s1": {"device_id": ' + "9" * 5000 + '}}, "links": []}',
+            "not valid JSON (an integer of 5000 digits)",
+        ),
+    ],
+    ids=["lists-100000", "lists-40", "objects-50000", "integer-5000-digits"],
+)
+def test_deep_or_huge_topology_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    err = refused(capsys, "stats", "-t", str(path))
+    assert f"{path}: " in err and message in err
+
+
+def test_nesting_is_counted_outside_strings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Brackets in a string are text: 150 of them load; lists 33 deep do not."""
+    data = star_json()
+    data["hosts"]["h1"]["role"] = "[" * 100 + '\\"{' * 50
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert Topology.load(path).hosts["h1"].role == data["hosts"]["h1"]["role"]
+    data["links"] = json.loads(_nested(32))  # 33 deep with the top-level object
+    path.write_text(json.dumps(data))
+    assert "nested more than 32 deep" in refused(capsys, "stats", "-t", str(path))
+    data["links"] = json.loads(_nested(31))  # 32 deep: parsed, then refused by the schema
+    path.write_text(json.dumps(data))
+    assert "nested" not in refused(capsys, "stats", "-t", str(path))
+
+
+def test_deep_job_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    (tmp_path / "t.json.jobs.json").write_text('{"jobs": ' + _nested(100_000) + "}")
+    err = refused(capsys, "job", "list", "-t", str(path))
+    assert "t.json.jobs.json: lists and objects nested more than 32 deep" in err
+
+
+def test_json_files_larger_than_the_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topology, "MAX_JSON_BYTES", 1 << 10)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()) + " " * 2000)
+    err = refused(capsys, "stats", "-t", str(path))
+    assert f"{path}: larger than 1,024 bytes; not a topology file" in err
+
+
+def test_deep_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(_nested(100_000))
+    argv = ["--schedule", str(path), "--rank", "0", "--peers", "127.0.0.1:1"]
+    err = usage_refused(capsys, rank_worker.main, "rank 0", *argv)
+    assert f"cannot read a schedule: {path}: lists and objects nested more than 32" in err
