@@ -4,8 +4,10 @@ stderr and a non-zero exit status, never a traceback. The commands run in this p
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -28,6 +30,7 @@ from inaemu.mininet import run as mininet_run
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
+from tests import netns
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 
@@ -965,3 +968,48 @@ def test_deep_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     argv = ["--schedule", str(path), "--rank", "0", "--peers", "127.0.0.1:1"]
     err = usage_refused(capsys, rank_worker.main, "rank 0", *argv)
     assert f"cannot read a schedule: {path}: lists and objects nested more than 32" in err
+
+
+# ---------------------------------------------------------------------- benchmarks
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+BENCH_ARGS: list[tuple[str, list[str], str, str]] = [
+    ("bench_allreduce", ["--workers", "0"], "run_demo", "--workers: expected a number of workers"),
+    ("bench_allreduce", ["--size", "0"], "run_demo", "--size: expected a number of elements"),
+    ("bench_codecs", ["--n", "-1"], "throughput", "--n: expected a number of elements"),
+    ("bench_codecs", ["--reps", "0"], "throughput", "--reps: expected a number of allreduces"),
+    ("bench_collective_exec", ["--ranks", "4,x"], "error_table", "--ranks: expected a number"),
+    ("bench_schedules", ["--reps", "0"], "from_spec", "--reps: expected a number"),
+    ("bench_softswitch", ["--chunks", "0"], "bench_in_process", "--chunks: expected a number"),
+    ("bench_softswitch", ["--workers", "33"], "bench_in_process", "--workers: expected a number"),
+    ("bench_e2e", ["--window", "0"], "", "--window: expected a number of slots in 1..32767"),
+    ("bench_mininet", ["--repeat", "0"], "", "--repeat: expected a number of allreduces"),
+    ("bench_collectives", ["--bw", "0"], "", "--bw: expected Mbit/s in (0, 1000]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "heavy", "message"),
+    BENCH_ARGS,
+    ids=[f"{s[6:]} {' '.join(a)}" for s, a, _, _ in BENCH_ARGS],
+)
+def test_benchmarks_refuse_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    script: str,
+    args: list[str],
+    heavy: str,
+    message: str,
+) -> None:
+    spec = importlib.util.spec_from_file_location(script, BENCH / f"{script}.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, script, bench)  # dataclasses look their module up
+    spec.loader.exec_module(bench)
+    if heavy:  # what runs first after the arguments
+        monkeypatch.setattr(bench, heavy, _trip)
+    monkeypatch.setattr(netns, "namespaces_missing", _trip)  # bench_e2e, bench_mininet
+    monkeypatch.setattr(debian, "ensure", _trip)  # bench_collectives
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *args])
+    assert message in usage_refused(capsys, lambda _: bench.main(), f"{script}.py")
