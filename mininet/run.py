@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--size",
         type=parse_size,
         default=None,
-        help="elements per worker (4 bytes each); K, M, G = 2^10, 2^20, 2^30 (default 256K)",
+        help="elements per worker (4 bytes each); K, M = 2^10, 2^20; at most 256M (default 256K)",
     )
     sizes.add_argument(
         "--sizes",
