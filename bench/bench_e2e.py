@@ -379,7 +379,7 @@ def run_allreduce(
         argv = [sys.executable, *([args.worker] if args.worker else ["-m", WORKER_MODULE])]
         argv += ["--job", str(ALLREDUCE_JOB)]
         argv += ["--workers", str(N_WORKERS), "--rank", str(rank), "--local-ip", host.ip]
-        argv += ["--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
+        argv += ["--mac", host.mac, "--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
         argv += ["--size", str(args.size), "--seed", str(seed), "--codec", "fixedpoint"]
         argv += ["--window", str(args.window), "--run", str(run), "--timeout", "60"]
         argv += ["--start-at", f"{start_at:.6f}"]

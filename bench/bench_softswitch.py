@@ -86,6 +86,7 @@ def _worker(
     client = InaClient(
         LoopbackWireTransport(port, wire_dir),
         job_id=1,
+        run=1,
         window=WINDOW,
         n_workers=n,
         give_up_after=60,

@@ -13,6 +13,7 @@
     inaemu job add    -t topology.json --job 1 --workers h1,h2,h3 [--pool 64] [--trees 0]
     inaemu job remove -t topology.json --job 1
     inaemu job list   -t topology.json
+    inaemu job new-run -t topology.json --job 1        # prints a run id for the job's next run
     inaemu routes     -t topology.json
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
@@ -21,7 +22,8 @@
 Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
 runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
 state file (default: next to the topology, `<topology>.jobs.json`), so a later command knows
-the slot pools and groups in use.
+the slot pools and groups in use, and the run ids issued to each job's workers (`job new-run`
+never issues one twice for an installation).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import fcntl
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +77,7 @@ from inaemu.controller.topology import (
 )
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
+from inaemu.hostlib.wire import MAX_RUN
 from inaemu.p4.constants import INA_SLOTS
 
 
@@ -99,6 +104,7 @@ _STATE_SCHEMA = Record(
                     "pools": _POOLS,
                     "mgids": _MGIDS,
                     "epochs": _EPOCHS,
+                    "last_run": Integer(0, MAX_RUN),
                 },
                 frozenset(
                     {"job_id", "workers", "pool_size", "n_trees", "pools", "mgids", "epochs"}
@@ -117,15 +123,17 @@ _STATE_SCHEMA = Record(
 class JobState:
     """What the job commands keep between runs: the installed jobs with where each lives (slot
     pools, multicast groups, epochs: so later commands plan exactly what the switches hold),
-    and the last epoch issued per switch (so a new installation always gets a new one)."""
+    and the last epoch issued per switch (so a new installation always gets a new one), and the
+    last run id issued to each job (`JobRecord.last_run`; absent in older files: none)."""
 
     jobs: list[tuple[JobSpec, Placement]]
     epochs: dict[str, int]
+    last_runs: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _load_state(path: Path) -> JobState:
     if not path.exists():
-        return JobState([], {})
+        return JobState([], {}, {})
     try:
         raw = read_json(path, "job state file")
         _STATE_SCHEMA(raw, (str(path),))
@@ -150,6 +158,7 @@ def _load_state(path: Path) -> JobState:
             for j in raw["jobs"]
         ],
         dict(raw["epochs"]),
+        {j["job_id"]: j.get("last_run", 0) for j in raw["jobs"]},
     )
 
 
@@ -169,6 +178,7 @@ def _save_state(path: Path, jobs: JobManager) -> None:
                         for tree in range(len(r.trees))
                     ],
                     "epochs": r.epochs,
+                    "last_run": r.last_run,
                 }
                 for _, r in sorted(jobs.jobs.items())
             ],
@@ -217,7 +227,21 @@ def _controller(args: argparse.Namespace) -> tuple[Controller, list[JobSpec]]:
         ctl.jobs.restore_epochs(state.epochs)
     except JobError as exc:
         raise ControllerError(f"{path}: {exc}; delete it if the switches were restarted") from None
+    for job_id, last_run in state.last_runs.items():
+        ctl.jobs.jobs[job_id].last_run = last_run
     return ctl, [spec for spec, _ in state.jobs]
+
+
+@contextmanager
+def _state_locked(path: Path) -> Iterator[None]:
+    """Hold the job state file (if there is one) against other job commands: two of them at
+    once read it before either writes, and `job new-run` would issue one run id twice."""
+    if not path.exists():
+        yield
+        return
+    with path.open("rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def _run(
@@ -242,6 +266,11 @@ def _with_controller(
 
 
 def cmd_job(args: argparse.Namespace) -> None:
+    with _state_locked(_state_path(args)):
+        _cmd_job(args)
+
+
+def _cmd_job(args: argparse.Namespace) -> None:
     spec = JobSpec(args.job, args.workers, args.pool, args.trees, args.roots)
 
     async def body(ctl: Controller, specs: list[JobSpec]) -> None:
@@ -258,10 +287,16 @@ def cmd_job(args: argparse.Namespace) -> None:
                     if sw in t
                 )
                 print(f"job {spec.job_id}: {sw} slots [{base}, {base + size}) ({roles})")
-        else:
-            await ctl.remove_job(args.job)
+            print(
+                f"job {spec.job_id}: each run of its workers takes a new run id: "
+                f"inaemu job new-run -t {args.topology} --job {spec.job_id}"
+                + (f" --state {args.state}" if args.state else "")
+            )
+        else:  # a switch that lost the job (restarted) has nothing to delete: not an error
+            lacking = await ctl.remove_job(args.job, gone_ok=True)
             _save_state(path, ctl.jobs)
-            print(f"job {args.job} removed")
+            lost = f" ({', '.join(lacking)} had lost some or all of it: restarted?)"
+            print(f"job {args.job} removed" + (lost if lacking else ""))
 
     ctl, specs = _controller(args)
     if args.action == "list":  # the state file is the answer: no switch needed
@@ -272,6 +307,11 @@ def cmd_job(args: argparse.Namespace) -> None:
                 f"trees {s.n_trees} (roots {','.join(record.roots)}; at most "
                 f"{record.max_trees_per_link} per link)"
             )
+        return
+    if args.action == "new-run":  # the state file alone: no switch needed
+        run = ctl.jobs.next_run(args.job)
+        _save_state(_state_path(args), ctl.jobs)
+        print(run)
         return
     # plans are pure: a job that cannot be added or removed is refused before connecting
     if args.action == "add":
@@ -604,8 +644,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.set_defaults(func=cmd_pipeline)
 
-    j = sub.add_parser("job", help="add, remove or list jobs")
-    j.add_argument("action", choices=("add", "remove", "list"))
+    j = sub.add_parser(
+        "job",
+        help="add, remove or list jobs; new-run: a run id for the next run of a job's workers",
+    )
+    j.add_argument("action", choices=("add", "remove", "list", "new-run"))
     with_topology(j)
     j.add_argument("--job", type=arg.JOB_ID, default=1)
     j.add_argument("--workers", type=arg.names, default=(), help="comma-separated host names")

@@ -119,6 +119,7 @@ WINDOW = Integer(1, SLOT_INDEX_MASK, "a number of slots")
 TREES = Integer(0, MAX_TREES, "a number of trees", "0: one per root candidate")
 SEED = Integer(0, 2**64 - 1, "a seed")
 ELEMENTS = Integer(1, MAX_ELEMENTS, "a number of elements")
+ARRAY = Integer(0, MAX_ELEMENTS, "a number of elements")  # a worker's array: may be empty
 REPEAT = Integer(1, MAX_REPEAT, "a number of allreduces")
 WORKERS = Integer(1, MAX_WORKERS, "a number of workers")
 RANK = Integer(0, MAX_WORKERS - 1, "a rank")

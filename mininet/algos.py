@@ -162,7 +162,8 @@ class Ina(Algorithm):
         agg_ip, _ = sc.agg_address(host)  # its ARP entry and route: the host's set-up
         argv = [sys.executable, "-m", "inaemu.hostlib.worker", "--job", str(spec.job)]
         argv += ["--workers", str(len(spec.workers)), "--rank", str(rank)]
-        argv += ["--local-ip", sc.host_ip(host), "--switch-ip", agg_ip]
+        argv += ["--local-ip", sc.host_ip(host), "--mac", sc.topology.hosts[host].mac]
+        argv += ["--switch-ip", agg_ip]
         argv += ["--size", str(spec.size), "--seed", str(spec.seed), "--codec", spec.codec]
         argv += ["--window", str(spec.window), "--trees", str(self.n_trees)]
         argv += ["--run", str(spec.run_id), "--timeout", str(spec.timeout), "--out", str(out)]

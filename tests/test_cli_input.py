@@ -440,6 +440,61 @@ def test_ctrl_c_in_a_command(
     assert rc == 130 and err == "\ninaemu stats: interrupted\n"
 
 
+# ---------------------------------------------------------------------- job state vs switch
+
+
+def test_job_state_after_a_switch_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state file names a job the restarted switch no longer holds: `job add` of it says
+    to remove it first and names the command, in one line; `job remove` succeeds on what is
+    gone and forgets it (keeping the epochs issued); `job add` then installs it again."""
+    path = tmp_path / "t.json"
+    state = tmp_path / "t.json.jobs.json"
+    add = ("job", "add", "-t", str(path), "--job", "1", "--workers", "h1,h2", "--pool", "8")
+    remove = ("job", "remove", "-t", str(path), "--job", "1")
+    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0", preconfigured=True) as first:
+        address = first.address
+        path.write_text(json.dumps(star_json(address)))
+        assert inaemu(capsys, *add)[0] == 0
+    restarted = Pipeline()
+    with P4RuntimeServer(restarted, address=address, preconfigured=True):
+        err = refused(capsys, *add)
+        assert "job 1 is already installed" in err and "`inaemu job remove --job 1`" in err
+        rc, out, err = inaemu(capsys, *remove)
+        assert (rc, err) == (0, ""), err
+        assert out == "job 1 removed (s1 had lost some or all of it: restarted?)\n"
+        assert json.loads(state.read_text()) == {"jobs": [], "epochs": {"s1": 1}}
+        rc, out, err = inaemu(capsys, *add)
+        assert (rc, err) == (0, ""), err
+        assert restarted.ina_job.entries[(1, 0)].action.params[-1] == 2  # a new epoch
+        # an entry lost (or deleted behind the controller's back): the rest is removed
+        restarted.multicast.delete(1)
+        rc, out, err = inaemu(capsys, *remove)
+        assert (rc, err, out) == (
+            0,
+            "",
+            "job 1 removed (s1 had lost some or all of it: restarted?)\n",
+        )
+        assert not restarted.ina_job.entries and not restarted.ina_child.entries
+        assert not restarted.multicast.groups and not restarted.ina_egress.entries
+        assert inaemu(capsys, *add)[0] == 0
+        assert inaemu(capsys, *remove) == (0, "job 1 removed\n", "")  # all of it was there
+
+
+def test_a_refused_job_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
+) -> None:
+    """A switch that refuses a job's entries (one it holds already, installed behind the
+    controller's back): one line with the first reason, not a dump of every entry."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json(server.address)))
+    server.pipeline.multicast.insert(1, [(1, 0)])
+    err = refused(capsys, "job", "add", "-t", str(path), "--job", "1", "--workers", "h1,h2")
+    assert "switch 's1' refused 1 of" in err and "multicast group 1: ALREADY_EXISTS" in err
+    assert "rolled back" in err
+
+
 # ---------------------------------------------------------------------- demo exit status
 
 
@@ -700,6 +755,7 @@ SOFTSWITCH_ARGS: list[tuple[list[str], str]] = [
     (["--grpc", "127.0.0.1:-1"], "--grpc: expected an address"),
     (["--seed", "-1"], "--seed: expected a seed in 0..18446744073709551615"),
     (["--link", "511=s2.1"], "--link 511=s2.1: expected a switch port in 0..510 (511 is the"),
+    (["--parent-pid", "0"], "--parent-pid: expected a process id in 1..2147483647"),
 ]
 
 
@@ -750,6 +806,7 @@ def test_p4runtime_server_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixt
 
 WORKER = "python -m inaemu.hostlib.worker"
 WORKER_BASE = ["--job", "1", "--workers", "2", "--rank", "0"]
+WORKER_BASE += ["--run", "7", "--mac", "02:00:00:00:00:01"]
 WORKER_BASE += ["--local-ip", "127.0.0.1", "--switch-ip", "127.0.0.1"]
 
 WORKER_ARGS: list[tuple[list[str], str]] = [
@@ -757,7 +814,7 @@ WORKER_ARGS: list[tuple[list[str], str]] = [
     (["--job", "65536"], "--job: expected a job id"),
     (["--workers", "0"], "--workers: expected a number of workers in 1..65535"),
     (["--rank", "-1"], "--rank: expected a rank in 0..65534"),
-    (["--size", "0"], "--size: expected a number of elements in 1..268435456"),
+    (["--size", "-1"], "--size: expected a number of elements in 0..268435456"),
     (["--size", str(2**28 + 1)], "--size: expected a number of elements"),
     (["--seed", "-1"], "--seed: expected a seed"),
     (["--density", "0"], "--density: expected a fraction of non-zero elements in (0, 1]"),
@@ -793,7 +850,7 @@ def test_worker_window_that_the_trees_do_not_divide(
     monkeypatch.setattr(ina_worker, "UdpTransport", _trip)
     argv = [*WORKER_BASE, "--window", "64", "--trees", "3"]
     err = usage_refused(capsys, ina_worker.main, "worker 0", *argv)
-    assert "--window 64 must be a multiple of --trees" in err
+    assert "--window 64 must be a multiple of --trees (3)" in err
 
 
 RANK = "python -m inaemu.hostlib.collective.worker"

@@ -110,6 +110,28 @@ def test_a_collective_worker_gets_its_schedule_rank_and_every_peer(tmp_path: Pat
         assert opt["--run"] == "77" and opt["--codec"] == "plain"
 
 
+def test_an_ina_worker_gets_everything_the_worker_requires(tmp_path: Path) -> None:
+    """The INA worker's command line as the runner builds it is one the worker accepts: its
+    run id, and its host's MAC from the topology (which the worker checks on the interface)."""
+    from inaemu.hostlib import worker
+
+    topo = from_spec("leaf-spine:2x2x2")
+    workers = tuple(sorted(topo.hosts))
+    sc: Any = SimpleNamespace(
+        topology=topo,
+        host_ip=lambda h: topo.hosts[h].ip,
+        agg_address=lambda h: ("10.0.0.254", "02:00:00:00:00:fe"),
+    )
+    spec = RunSpec(workers, size=1000, codec="int32", seed=3, run_id=77, window=64, timeout=5)
+    algo = algorithm("ina")
+    for rank, host in enumerate(workers):
+        argv = algo.worker_argv(sc, spec, rank, host, tmp_path / "x.npy")
+        assert argv[1:3] == ["-m", "inaemu.hostlib.worker"]
+        args = worker.build_parser().parse_args(argv[3:])
+        assert worker._refused(args) is None
+        assert (args.run, args.mac, args.rank) == (77, topo.hosts[host].mac, rank)
+
+
 # ---------------------------------------------------------------------- the gloo worker
 
 

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--peers", required=True, help="ip:port of every rank, in rank order")
     ap.add_argument(
         "--size",
-        type=arg.Integer(0, arg.MAX_ELEMENTS, "a number of elements"),
+        type=arg.ARRAY,
         default=100_000,
         help="elements per rank",
     )
