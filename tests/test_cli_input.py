@@ -25,7 +25,7 @@ from inaemu.controller.topology import Topology, star
 from inaemu.hostlib import worker as ina_worker
 from inaemu.hostlib.collective import worker as rank_worker
 from inaemu.hostlib.loopback import WireDir, WireError
-from inaemu.mininet import debian
+from inaemu.mininet import debian, gloo_worker
 from inaemu.mininet import run as mininet_run
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
@@ -1070,3 +1070,28 @@ def test_benchmarks_refuse_bad_values(
     monkeypatch.setattr(debian, "ensure", _trip)  # bench_collectives
     monkeypatch.setattr(sys, "argv", [f"{script}.py", *args])
     assert message in usage_refused(capsys, lambda _: bench.main(), f"{script}.py")
+
+
+GLOO = "python -m inaemu.mininet.gloo_worker"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed", "-1"], "--seed: expected a seed"),
+        (["--timeout", "inf"], "--timeout: expected seconds in (0, 86400]"),
+        (["--start-at", "inf"], "--start-at: expected a wall-clock time"),
+        (["--size", str(2**28 + 1)], "--size: expected a number of elements in 1..268435456"),
+    ],
+    ids=["seed", "timeout", "start-at", "size"],
+)
+def test_gloo_worker_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setattr(gloo_worker, "interface_of", _trip)
+    base = ["--rank", "0", "--workers", "2", "--master", "127.0.0.1", "--size", "4"]
+    argv = [*base, "--local-ip", "127.0.0.1", *args]
+    assert message in usage_refused(capsys, gloo_worker.main, GLOO, *argv)
