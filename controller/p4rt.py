@@ -181,9 +181,7 @@ class Controller:
             await self.close()
             # finsy reports a failed pipeline push only in its log: recover the reason
             cause = failures.errors[-1] if failures.errors else exc
-            hint = (
-                "the switch refused the pipeline" if failures.errors else "is the switch running?"
-            )
+            hint = _connect_hint(cause) if failures.errors else "is the switch running?"
             raise ControllerError(
                 f"cannot program switch {sw.name!r} at {sw.grpc} (device {sw.device_id}): "
                 f"{_reason(cause)}; {hint}"
@@ -392,6 +390,20 @@ class _FinsyFailures(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.exc_info and record.exc_info[1] is not None:
             self.errors.append(record.exc_info[1])
+
+
+def _connect_hint(cause: BaseException) -> str:
+    """What a failure finsy logged while connecting means, by the request that failed."""
+    operation = getattr(cause, "_operation", "")  # finsy: "send"/"receive" on the stream
+    if not isinstance(cause, fy.P4ClientError):
+        return "the connection to the switch failed"
+    if operation.startswith("SetForwardingPipelineConfig"):
+        return "the switch refused the pipeline"
+    if operation in ("send", "receive"):
+        if cause.code == fy.GRPCStatusCode.RESOURCE_EXHAUSTED:
+            return "the switch has no StreamChannel slot for this controller"
+        return "the switch ended the controller's StreamChannel"
+    return f"the switch refused {operation or 'a request'}"
 
 
 def _reason(exc: BaseException) -> str:
