@@ -20,8 +20,11 @@ from inaemu.collectives.check import check, render_table, table_row
 from inaemu.collectives.routes import FlowRoutes
 from inaemu.collectives.schedule import ScheduleError
 from inaemu.controller.topology import TopologyError, describe_roles, load_or_build
+from inaemu.hostlib.args import ArgumentParser
 
 DEFAULT_SIZE = 100_000_000  # bytes: a ResNet-50-sized gradient in float32
+# the checker's work grows with the square of the ranks (and more): 256 take seconds
+MAX_RANKS = 256
 
 
 def _size(text: str) -> int:
@@ -35,7 +38,7 @@ def _size(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="inaemu schedule",
         description="host-collective allreduce schedules on a topology: checked (every rank "
         "ends with every rank's contribution once) and measured (steps, bytes per host, "
@@ -72,6 +75,13 @@ def run(args: argparse.Namespace) -> None:
     if args.workers is not None:
         hosts = [h.strip() for h in args.workers.split(",") if h.strip()]
     topologies = [(_label(text), load_or_build(text)) for text in args.topo]
+    for label, topo in topologies:
+        ranks = len(hosts) if hosts is not None else len(topo.hosts)
+        if ranks > MAX_RANKS:
+            raise ScheduleError(
+                f"{label}: {ranks:,} ranks; the checker takes at most {MAX_RANKS} (choose "
+                "--workers, or a smaller topology)"
+            )
     rows, skipped = [], []
     schedule = None
     for label, topo in topologies:

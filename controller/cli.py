@@ -48,7 +48,7 @@ import finsy as fy
 
 from inaemu.controller import bmv2
 from inaemu.controller.compare import parse_algos
-from inaemu.controller.demo import TOPO_SIZE, DemoOptions, main_demo
+from inaemu.controller.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
 from inaemu.controller.draw import DrawError
 from inaemu.controller.jobs import (
     MAX_EPOCH,
@@ -82,14 +82,10 @@ from inaemu.controller.topology import (
     star,
     torus,
 )
+from inaemu.hostlib import args as arg
+from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
 from inaemu.hostlib.wire import MAX_RUN
 from inaemu.p4.constants import INA_SLOTS
-
-
-def _ports(text: str) -> list[int]:
-    from inaemu.softswitch.__main__ import parse_ports
-
-    return parse_ports(text)
 
 
 def _state_path(args: argparse.Namespace) -> Path:
@@ -282,13 +278,7 @@ def cmd_job(args: argparse.Namespace) -> None:
 
 
 def _cmd_job(args: argparse.Namespace) -> None:
-    spec = JobSpec(
-        args.job,
-        tuple(w.strip() for w in args.workers.split(",")),
-        args.pool,
-        args.trees,
-        tuple(args.roots.split(",")) if args.roots else (),
-    )
+    spec = JobSpec(args.job, args.workers, args.pool, args.trees, args.roots)
 
     async def body(ctl: Controller, specs: list[JobSpec]) -> None:
         path = _state_path(args)
@@ -581,12 +571,44 @@ def cmd_topo_show(args: argparse.Namespace) -> None:
     print(f"wrote {path}: {len(topo.switches)} switches ({roles}), {len(topo.hosts)} hosts")
 
 
+# The demo runs every switch and every worker as a process on this machine, and holds every
+# worker's array: more than this is refused before anything starts.
+DEMO_PROCESSES = 64  # switch processes, and worker processes
+DEMO_ELEMENTS = arg.MAX_ELEMENTS  # elements of all workers together (1 GiB of float32)
+
+
+def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
+    """Refuse a demo larger than `DEMO_PROCESSES` and `DEMO_ELEMENTS` allow."""
+    if topo_text:
+        try:
+            topo = demo_topology(topo_text)
+        except DemoError as exc:
+            raise ValueError(str(exc)) from None
+        if len(topo.switches) > DEMO_PROCESSES:
+            raise ValueError(
+                f"--topo {topo_text} has {len(topo.switches):,} switches; the demo runs one "
+                f"process per switch, at most {DEMO_PROCESSES}"
+            )
+        workers = workers or len(topo.hosts)
+    if workers > DEMO_PROCESSES:
+        raise ValueError(
+            f"{workers:,} workers; the demo runs one process per worker, at most "
+            f"{DEMO_PROCESSES}: choose --workers"
+        )
+    if workers * size > DEMO_ELEMENTS:
+        raise ValueError(
+            f"{workers} workers x --size {size:,} is {workers * size:,} elements; the demo "
+            f"holds at most {DEMO_ELEMENTS:,} (1 GiB of float32) in all"
+        )
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     topo = args.topo
     workers = args.workers if args.workers is not None else (0 if topo else 4)
     size = args.size if args.size is not None else (TOPO_SIZE if topo or args.algo else 2_000_000)
     if not topo and args.trees not in (0, 1):
         raise ValueError("--trees needs --topo (one switch has one tree)")
+    _check_demo_size(topo, workers, size)
     return main_demo(
         DemoOptions(
             workers=workers,
@@ -609,7 +631,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="inaemu", description="in-network aggregation emulator")
+    ap = arg.ArgumentParser(prog="inaemu", description="in-network aggregation emulator")
     sub = ap.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="an emulated allreduce on the embedded softswitch")
@@ -619,17 +641,20 @@ def build_parser() -> argparse.ArgumentParser:
         "torus:3x3, mesh:3x3, star:4) or a topology file; default one switch",
     )
     d.add_argument(
-        "--workers", type=int, default=None, help="workers (default 4; with --topo every host)"
+        "--workers",
+        type=arg.positive("workers", DEMO_PROCESSES),
+        default=None,
+        help="workers (default 4, at most 32 on one switch; with --topo every host)",
     )
     d.add_argument(
         "--size",
-        type=int,
+        type=arg.ELEMENTS,
         default=None,
         help=f"float32 elements per worker (default 2,000,000; with --topo {TOPO_SIZE:,})",
     )
     d.add_argument(
         "--trees",
-        type=int,
+        type=arg.TREES,
         default=0,
         help="with --topo: aggregation trees (default 0: one per root candidate; 1: one tree)",
     )
@@ -638,17 +663,25 @@ def build_parser() -> argparse.ArgumentParser:
         default="fixedpoint",
         help="fixedpoint, sketch, sketch-compact or int32 (default %(default)s)",
     )
-    d.add_argument("--density", type=float, default=1.0, help="fraction of non-zero elements")
-    d.add_argument("--loss", type=float, default=0.0, help="injected loss probability per port")
-    d.add_argument("--window", type=int, default=64, help="chunks in flight (= slot pool)")
+    d.add_argument("--density", type=arg.DENSITY, default=1.0, help="fraction of non-zero elements")
     d.add_argument(
-        "--wire-dir", default=None, help="directory of the loopback wires (default: a new one)"
+        "--loss",
+        type=arg.Real(0.0, 1.0, "a probability", hi_open=True, note="1 would drop everything"),
+        default=0.0,
+        help="injected loss probability per port, below 1",
     )
-    d.add_argument("--grpc-port", type=int, default=0, help="P4Runtime port (0: any free)")
-    d.add_argument("--seed", type=int, default=1)
+    d.add_argument("--window", type=arg.WINDOW, default=64, help="chunks in flight (= slot pool)")
+    d.add_argument(
+        "--wire-dir",
+        type=arg.wire_dir,
+        default=None,
+        help="directory of the loopback wires (default: a new one)",
+    )
+    d.add_argument("--grpc-port", type=arg.TCP_PORT, default=0, help="P4Runtime port (0: any free)")
+    d.add_argument("--seed", type=arg.SEED, default=1)
     d.add_argument(
         "--timeout",
-        type=float,
+        type=arg.SECONDS,
         default=30.0,
         help="seconds without progress before a worker gives up",
     )
@@ -660,7 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--mtu",
-        type=int,
+        type=arg.Integer(MIN_MTU, MAX_MTU, "IPv4 packet bytes"),
         default=1500,
         help="with --algo: IPv4 packet bytes of the host collectives' frames (default 1500)",
     )
@@ -796,17 +829,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     j.add_argument("action", choices=("add", "remove", "list", "new-run"))
     with_topology(j)
-    j.add_argument("--job", type=int, default=1)
-    j.add_argument("--workers", default="", help="comma-separated host names")
-    j.add_argument("--pool", type=int, default=64, help="slots per switch (the window)")
+    j.add_argument("--job", type=arg.JOB_ID, default=1)
+    j.add_argument("--workers", type=arg.names, default=(), help="comma-separated host names")
+    j.add_argument("--pool", type=arg.WINDOW, default=64, help="slots per switch (the window)")
     j.add_argument(
         "--trees",
-        type=int,
+        type=arg.TREES,
         default=0,
         help="aggregation trees the chunks are striped over (default 0: one per root "
         "candidate, e.g. per spine; 1: a single tree)",
     )
-    j.add_argument("--roots", default="", help="comma-separated root switches (default: chosen)")
+    j.add_argument(
+        "--roots",
+        type=arg.names,
+        default=(),
+        help="comma-separated root switches (default: chosen)",
+    )
     j.set_defaults(func=cmd_job)
 
     r = sub.add_parser("routes", help="install IPv4 routes to every host")
@@ -816,8 +854,13 @@ def build_parser() -> argparse.ArgumentParser:
     lo = sub.add_parser("loss", help="inject loss on a switch's ingress ports")
     with_topology(lo)
     lo.add_argument("--switch", required=True)
-    lo.add_argument("--ports", type=_ports, required=True)
-    lo.add_argument("--probability", type=float, required=True)
+    lo.add_argument(
+        "--ports",
+        type=arg.port_list,
+        required=True,
+        help=f"ingress ports, e.g. 1-4,7 ({arg.SWITCH_PORT.lo}..{arg.SWITCH_PORT.hi})",
+    )
+    lo.add_argument("--probability", type=arg.PROBABILITY, required=True, help="0 removes the loss")
     lo.set_defaults(func=cmd_loss)
 
     st = sub.add_parser("stats", help="per-job, per-port counters and drops")
@@ -844,7 +887,13 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.collectives.cli import main as schedule_main
 
         return schedule_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named after the command, not after `inaemu` as argparse would
+        print(
+            f"inaemu {args.command}: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr
+        )
+        return 2
     try:
         result = args.func(args)
     except KeyboardInterrupt:

@@ -102,6 +102,22 @@ def set_send_timeout(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", *divmod(usec, 10**6)))
 
 
+WIRE_DIR_ROOM = 16  # bytes a wire dir leaves for its ends' names, e.g. /s1.12.host
+
+
+def check_wire_dir_path(path: str | os.PathLike[str]) -> str:
+    """`path` made absolute (`realpath`) if it leaves room for the socket paths of the wire
+    ends in it; WireError saying so otherwise. Creates nothing."""
+    real = os.path.realpath(os.fspath(path))
+    if len(os.fsencode(real)) + WIRE_DIR_ROOM > MAX_PATH:
+        raise WireError(
+            errno.ENAMETOOLONG,
+            f"wire dir {real} is too long for socket paths "
+            f"(at most {MAX_PATH - WIRE_DIR_ROOM} bytes): pick a shorter one",
+        )
+    return real
+
+
 class WireDir:
     """The private directory of wire ends.
 
@@ -111,18 +127,24 @@ class WireDir:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        # room for ends such as s1.12.host; each end's path is checked again in end_path
         self._owner_fd: int | None = None
         if path is None:
             remove_stale_wire_dirs()
             self.path = os.path.realpath(tempfile.mkdtemp(prefix=TEMP_PREFIX))
             self.owned = True
+            try:
+                check_wire_dir_path(self.path)
+            except WireError:
+                os.rmdir(self.path)  # $TMPDIR is too long: leave nothing behind
+                raise
             # the lock first, then the mark: a marked dir whose lock is free has no maker
             self._owner_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             fcntl.flock(self._owner_fd, fcntl.LOCK_SH)
             with open(os.path.join(self.path, OWNER_MARK), "x"):
                 pass
         else:
-            self.path = os.path.realpath(os.fspath(path))
+            self.path = check_wire_dir_path(path)  # before anything is made
             self.owned = False
             if create:
                 try:
@@ -134,13 +156,6 @@ class WireDir:
                         exc.errno, f"cannot make wire dir {self.path}: {exc.strerror}"
                     ) from None
             self._check_private()
-        # room for ends such as s1.12.host; each end's path is checked again in end_path
-        if len(os.fsencode(self.path)) + 16 > MAX_PATH:
-            raise WireError(
-                errno.ENAMETOOLONG,
-                f"wire dir {self.path} is too long for socket paths "
-                f"(at most {MAX_PATH - 16} bytes): pick a shorter one",
-            )
 
     def _check_private(self) -> None:
         try:

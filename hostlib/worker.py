@@ -48,11 +48,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
 from inaemu.hostlib.codecs import CODECS, make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.transport import TransportError, UdpTransport
-from inaemu.hostlib.wire import MAX_RUN, mac_bytes
+from inaemu.hostlib.wire import mac_bytes
 
 
 def worker_input(
@@ -143,25 +144,27 @@ def add_static_arp(ip: str, mac: str, local_ip: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = arg.ArgumentParser(
         prog="python -m inaemu.hostlib.worker",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     job = ap.add_argument_group("the job (as `inaemu job add` installed it)")
-    job.add_argument("--job", type=int, required=True, help="job id")
-    job.add_argument("--workers", type=int, required=True, help="the job's worker count")
-    job.add_argument("--rank", type=int, required=True, help="this worker, 0..workers-1")
-    job.add_argument("--window", type=int, default=64, help="the job's pool size (default 64)")
+    job.add_argument("--job", type=arg.JOB_ID, required=True, help="job id")
+    job.add_argument("--workers", type=arg.WORKERS, required=True, help="the job's worker count")
+    job.add_argument("--rank", type=arg.RANK, required=True, help="this worker, 0..workers-1")
+    job.add_argument(
+        "--window", type=arg.WINDOW, default=64, help="the job's pool size (default 64)"
+    )
     job.add_argument(
         "--trees",
-        type=int,
+        type=arg.Integer(1, arg.MAX_TREES, "a number of trees"),
         default=1,
         help="the job's aggregation trees, as `job add` printed (n_trees, default 1)",
     )
     job.add_argument(
         "--run",
-        type=int,
+        type=arg.RUN_ID,
         help="run id, 1..65535: the same on every worker of a run and new for every run "
         "(`inaemu job new-run -t topology.json --job J` prints one); required",
     )
@@ -181,12 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data = ap.add_argument_group("the allreduce")
     data.add_argument(
-        "--size", type=int, default=100_000, help="elements per worker (default 100,000)"
+        "--size", type=arg.ARRAY, default=100_000, help="elements per worker (default 100,000)"
     )
-    data.add_argument("--seed", type=int, default=1, help="input seed (worker_input; default 1)")
+    data.add_argument(
+        "--seed", type=arg.SEED, default=1, help="input seed (worker_input; default 1)"
+    )
     data.add_argument(
         "--density",
-        type=float,
+        type=arg.DENSITY,
         default=1.0,
         help="fraction of non-zero input elements (default 1.0)",
     )
@@ -194,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--codec", choices=sorted(CODECS), default="int32", help="codec (default int32)"
     )
     data.add_argument(
-        "--repeat", type=int, default=1, help="allreduces of the same input (default 1)"
+        "--repeat", type=arg.REPEAT, default=1, help="allreduces of the same input (default 1)"
     )
     data.add_argument(
         "--fixed-window",
@@ -203,13 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data.add_argument(
         "--timeout",
-        type=float,
+        type=arg.SECONDS,
         default=30.0,
         help="give up after this many seconds without progress (default 30)",
     )
     data.add_argument(
         "--start-at",
-        type=float,
+        type=arg.wall_clock,
         help="wall-clock time (Unix seconds) to begin the first allreduce at, so that workers "
         "started one by one begin together",
     )
@@ -233,16 +238,14 @@ def _refused(args: argparse.Namespace) -> str | None:
             f"{args.job} (`inaemu job new-run -t topology.json --job {args.job}` prints one); "
             "a reused one gets the last run's sums back, or stalls"
         )
-    if not 0 <= args.run <= MAX_RUN:
-        return f"--run must be 0..{MAX_RUN}, got {args.run}"
     if args.mac is None:
         return "--mac is required: this host's MAC in topology.json (results come to it)"
     try:
         mac_bytes(args.mac)
     except ValueError as exc:
         return f"--mac: {exc}"
-    if args.size < 0 or args.repeat < 1 or not args.timeout > 0:
-        return "--size must be >= 0, --repeat >= 1 and --timeout > 0"
+    if args.window % args.trees:
+        return f"--window {args.window} must be a multiple of --trees ({args.trees})"
     return None
 
 

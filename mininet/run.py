@@ -54,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.controller.topology import Topology, TopologyError, from_spec
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
@@ -90,11 +91,17 @@ class Interrupted(Exception):
 
 
 def parse_size(text: str) -> int:
-    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), 1G."""
-    m = re.fullmatch(r"\s*(\d[\d_]*)\s*([KMG]?)\s*", text, re.IGNORECASE)
+    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), at most `arg.MAX_ELEMENTS`
+    (256M)."""
+    m = re.fullmatch(r"\s*(\d[\d_]{0,30})\s*([KMG]?)\s*", text, re.IGNORECASE)
     if m is None or int(m[1]) == 0:
         raise argparse.ArgumentTypeError(f"bad size {text!r}: elements, e.g. 100000, 64K, 16M")
-    return int(m[1]) * _SUFFIX[m[2].upper()]
+    size = int(m[1]) * _SUFFIX[m[2].upper()]
+    if size > arg.MAX_ELEMENTS:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: at most {arg.MAX_ELEMENTS >> 20}M elements per worker"
+        )
+    return size
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -149,7 +156,7 @@ def _probability(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = arg.ArgumentParser(
         prog="inaemu mininet",
         description="One allreduce scenario on a Mininet network (root; docs/mininet.md).",
     )
@@ -174,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--size",
         type=parse_size,
         default=None,
-        help="elements per worker (4 bytes each); K, M, G = 2^10, 2^20, 2^30 (default 256K)",
+        help="elements per worker (4 bytes each); K, M = 2^10, 2^20; at most 256M (default 256K)",
     )
     sizes.add_argument(
         "--sizes",
@@ -205,17 +212,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="loss probability injected at every port of every switch (`inaemu loss`)",
     )
-    ap.add_argument("--window", type=int, default=64, help="the job's slots per switch (64)")
-    ap.add_argument("--seed", type=int, default=1, help="inputs: worker_input(seed, rank, ...)")
+    ap.add_argument("--window", type=arg.WINDOW, default=64, help="the job's slots per switch (64)")
+    ap.add_argument(
+        "--seed", type=arg.SEED, default=1, help="inputs: worker_input(seed, rank, ...)"
+    )
     ap.add_argument(
         "--timeout",
-        type=float,
+        type=arg.SECONDS,
         default=30.0,
         help="a worker gives up after this many seconds without progress (default 30)",
     )
     ap.add_argument(
         "--limit",
-        type=float,
+        type=arg.SECONDS,
         default=1800.0,
         help="seconds the workers of one algorithm at one size may take in all (1800)",
     )
@@ -662,8 +671,11 @@ def run_scenario(args: argparse.Namespace) -> int:
         if len(workers) < 1:
             raise ValueError("the topology has no hosts with role worker")
         algos, skipped = choose(args.algo, topo, workers, args.codec)
-        if not 1 <= args.window <= 0x7FFF:
-            raise ValueError("--window must be 1..32767")
+        if len(workers) * max(sizes) > arg.MAX_ELEMENTS:
+            raise ValueError(
+                f"{len(workers)} workers x {max(sizes):,} elements is more than "
+                f"{arg.MAX_ELEMENTS:,} (1 GiB of float32): the results are checked on this machine"
+            )
         bandwidths = [link_params(lk, args.bw, i).get("bw") for i, lk in enumerate(topo.links)]
         debian.ensure(install=not args.no_install)
         if args.pcap and args.switch == "softswitch" and shutil.which("tcpdump") is None:

@@ -26,11 +26,11 @@ the `P4RuntimeFailure` a refused request raises come from `inaemu.p4.info`.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -44,6 +44,7 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from google.protobuf import any_pb2
 
+from inaemu.hostlib import args as arg
 from inaemu.p4.info import (
     P4Info,
     P4RuntimeFailure,
@@ -571,12 +572,18 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 # ---------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description="Serve P4Runtime for one softswitch pipeline running p4/ina.p4"
+def main(argv: list[str] | None = None) -> int:
+    parser = arg.ArgumentParser(
+        prog="python -m inaemu.softswitch.p4runtime.server",
+        description="Serve P4Runtime for one softswitch pipeline running p4/ina.p4",
     )
-    parser.add_argument("--address", default="127.0.0.1:9559", help="host:port to listen on")
-    parser.add_argument("--device-id", type=int, default=1)
+    parser.add_argument(
+        "--address",
+        type=arg.listen_address,
+        default="127.0.0.1:9559",
+        help="host:port to listen on (port 0: any free)",
+    )
+    parser.add_argument("--device-id", type=arg.DEVICE_ID, default=1)
     parser.add_argument(
         "--preconfigured",
         action="store_true",
@@ -593,11 +600,19 @@ def main(argv: list[str] | None = None) -> None:
         preconfigured=args.preconfigured,
         arbitration=args.arbitration,
     )
-    with server:
+    try:
+        server.start()
+    except OSError as exc:  # the address is taken or cannot be bound: one line, what to change
+        print(f"{parser.prog}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
         print(f"P4Runtime server on {server.address}, device_id {args.device_id}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             server.wait_for_termination()
+    finally:
+        server.stop(None)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
