@@ -1,5 +1,6 @@
-"""Host-collective schedules (ring, halving-doubling, HDRM, MultiTree), their checker, the
-routes they are measured on, and `inaemu schedule`."""
+"""Host-collective schedules (ring, halving-doubling, HDRM, MultiTree, the worker-aggregator
+baseline), their checker, the routes and node models they are measured on, the alpha-beta
+prediction, and `inaemu schedule`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from hypothesis import strategies as st
 from inaemu.collectives import cli as schedule_cli
 from inaemu.collectives import hdrm, multitree, ring
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
-from inaemu.collectives.check import check, measure, ranks_text, simulate
+from inaemu.collectives.check import (
+    LinkModel,
+    check,
+    measure,
+    predict_seconds,
+    ranks_text,
+    simulate,
+    step_loads,
+)
 from inaemu.collectives.halving_doubling import hd_steps
 from inaemu.collectives.routes import FlowRoutes, RouteError
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer
@@ -177,6 +186,30 @@ def test_multitree_on_a_subset_of_workers(spec: str, data: st.DataObject) -> Non
         check(sched, topo, SIZE, promised=algo.promises(topo))
 
 
+@SETTINGS
+@given(
+    st.sampled_from(["star:6", "leaf-spine:2x2x3", "bigraph:2x4", "torus:3x3", "mesh:3x3"]),
+    st.data(),
+)
+def test_schedule_among_keeps_each_algorithm_s_own_order(spec: str, data: st.DataObject) -> None:
+    # what the side-by-side runners call: the workers in any order, the algorithm's order kept
+    topo = topo_of(spec)
+    hosts = data.draw(st.permutations(list(topo.hosts)))
+    workers = hosts[: data.draw(st.integers(1, len(hosts)))]
+    for name in ("ring", "hd", "multitree"):
+        algo = ALGORITHMS[name]
+        try:
+            sched = algo.schedule_among(topo, workers)
+        except ScheduleError as exc:  # a torus or mesh subset that is not linked
+            assert name == "multitree" and "not linked" in str(exc)
+            continue
+        assert set(sched.hosts) == set(workers)
+        assert list(sched.hosts) == [h for h in algo.order(topo, None) if h in workers]
+        check(sched, topo, SIZE, promised=algo.promises(topo))
+        if len(workers) == len(hosts):
+            assert sched == algo.schedule(topo)  # every host: what `inaemu schedule` checks
+
+
 def test_multitree_takes_fewer_steps_than_ring_on_a_4x4_torus() -> None:
     topo = topo_of("torus:4x4")
     tree, rng = (
@@ -336,6 +369,73 @@ def test_torus_host_links_are_internal() -> None:
         routes.links("h1", "s1_1")
 
 
+@pytest.mark.parametrize(
+    ("spec", "capacities"),
+    [("torus:3x3", {4}), ("mesh:3x3", {2, 3, 4}), ("torus:1x4", {2}), ("star:3", {1})],
+)
+def test_the_node_models(spec: str, capacities: set[int]) -> None:
+    topo = topo_of(spec) if spec in SPECS else from_spec(spec)
+    every, one = FlowRoutes(topo, "all"), FlowRoutes(topo, "1")
+    for h in topo.hosts:
+        link = (h, every.home(h))
+        assert one.capacity(link) == 1 and not one.internal(link)
+        assert every.internal(link) == (every.capacity(link) > 1) == every.direct(link)
+    assert {every.capacity((h, every.home(h))) for h in topo.hosts} == capacities
+    # one interface: the host links are contended like a NIC's
+    a, b = list(topo.hosts)[:2]
+    assert one.contended_links(a, b) == one.links(a, b)
+    if capacities == {1}:  # a switched network: a host link is a NIC in both models
+        assert every.contended_links(a, b) == every.links(a, b)
+    else:  # all ports: the host links are the nodes' internal ports
+        assert every.contended_links(a, b) == every.links(a, b)[1:-1]
+    with pytest.raises(ValueError, match="use all or 1"):
+        FlowRoutes(topo, "4")
+
+
+@SETTINGS
+@given(st.sampled_from([3, 4, 5]), st.sampled_from([1, 3, 4]), st.booleans())
+def test_multitree_under_one_interface_is_contention_free_on_its_host_links(
+    rows: int, cols: int, wrap: bool
+) -> None:
+    topo = torus(rows, cols) if wrap else mesh(rows, cols)
+    routes = FlowRoutes(topo, "1")
+    sched = ALGORITHMS["multitree"].schedule(topo, node_ports="1")
+    m = check(sched, topo, SIZE, promised=True, routes=routes)
+    n = len(topo.hosts)
+    assert m.max_flows <= 1 and m.steps >= 2 * (n - 1)  # one send per node per step
+    for load in step_loads(sched, routes):  # the host links included
+        assert all(count == 1 for count in load.values())
+
+
+def test_a_schedule_built_for_all_ports_contends_on_one_interface() -> None:
+    # MultiTree's concurrent sends of the all-ports model queue on a one-interface node's link
+    topo = topo_of("torus:3x3")
+    sched = built("multitree", "torus:3x3")
+    assert check(sched, topo, SIZE, routes=FlowRoutes(topo, "all")).max_flows == 1
+    assert check(sched, topo, SIZE, routes=FlowRoutes(topo, "1")).max_flows > 1
+
+
+def test_the_alpha_beta_prediction() -> None:
+    model = LinkModel(bw=1e6, alpha=0.5)
+    star4 = topo_of("star:4") if "star:4" in SPECS else from_spec("star:4")
+    # the ring: 6 steps, each putting a quarter of the array on every host link
+    ring4 = algorithm("ring").schedule(star4)
+    assert predict_seconds(ring4, FlowRoutes(star4), 4_000_000, model) == 6 * (0.5 + 1.0)
+    # torus:3x3, all ports: MultiTree's steps each move one chunk per network link, and a
+    # node's host link carries its 4 ports at once; with one interface up to 4 chunks queue
+    topo = topo_of("torus:3x3")
+    tree = built("multitree", "torus:3x3")
+    size, chunk = 9_000_000, 1_000_000
+    every = predict_seconds(tree, FlowRoutes(topo, "all"), size, LinkModel(bw=1e6))
+    assert every == len(tree.steps) * chunk / 1e6
+    one = predict_seconds(tree, FlowRoutes(topo, "1"), size, LinkModel(bw=1e6))
+    assert every < one <= 4 * every
+    m = measure(tree, topo, size, model=LinkModel(bw=1e6))
+    assert m.seconds == every and m.node_ports == "all"
+    with pytest.raises(ValueError, match="bw"):
+        LinkModel(bw=0)
+
+
 # ---------------------------------------------------------------------- JSON and the CLI
 
 
@@ -380,7 +480,16 @@ def test_cli_prints_the_table_and_writes_a_schedule(
         ["hd", "star:3"],
     ]
     assert schedule_cli.main(["--topo", "torus:3x3"]) == 0
-    assert "not run:\n  torus:3x3: hdrm does not run on a torus" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not run:\n  torus:3x3: hdrm does not run on a torus" in out
+    assert "torus and mesh nodes: all network ports at once" in out
+    args = ["--topo", "torus:3x3", "--algo", "multitree", "--size", "9000000", "--bw", "8"]
+    assert schedule_cli.main([*args, "--alpha", "0", "--node-ports", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "torus and mesh nodes: one interface" in out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("multitree")]
+    assert row[3] == "18" and row[-2] == "yes"  # 18 steps of one 1 MB chunk per node each
+    assert row[-3] == "18.0000"  # 1 MB at 1 MB/s per step
 
 
 @pytest.mark.parametrize(
