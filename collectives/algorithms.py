@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from inaemu.collectives import halving_doubling, hdrm, multitree, ring
+from inaemu.collectives import halving_doubling, hdrm, multitree, ps, ring
 from inaemu.collectives.routes import ALL_PORTS, check_node_ports
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.topology import Topology
@@ -133,6 +133,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             multitree.order,
             _EVERY,
             _EVERY,
+        ),
+        Algorithm(
+            "ps",
+            "worker-aggregator: push to one aggregator, pull the sum (INCEPTIONN's baseline)",
+            ps.schedule,
+            ps.order,
+            _EVERY,
+            frozenset(),
         ),
     )
 }

@@ -1,6 +1,6 @@
 """`inaemu schedule`: host-collective schedules on a topology, checked and measured.
 
-    inaemu schedule --topo SPEC|FILE [--topo ...] [--algo ring|hd|hdrm|multitree|all]
+    inaemu schedule --topo SPEC|FILE [--topo ...] [--algo ring|hd|hdrm|multitree|ps|all]
                     [--size BYTES] [--workers h1,h2,...] [--node-ports all|1]
                     [--bw MBIT] [--alpha US] [-o schedule.json]
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inaemu.collectives import cli as schedule_cli
-from inaemu.collectives import hdrm, multitree, ring
+from inaemu.collectives import hdrm, multitree, ps, ring
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import (
     LinkModel,
@@ -103,7 +103,7 @@ def test_hdrm_refuses_what_is_not_a_supported_bigraph(spec: str) -> None:
 
 
 def test_unknown_algorithm_is_refused_with_the_names() -> None:
-    with pytest.raises(ScheduleError, match="ring, hd, hdrm, multitree"):
+    with pytest.raises(ScheduleError, match="ring, hd, hdrm, multitree, ps"):
         algorithm("tree")
 
 
@@ -196,7 +196,7 @@ def test_schedule_among_keeps_each_algorithm_s_own_order(spec: str, data: st.Dat
     topo = topo_of(spec)
     hosts = data.draw(st.permutations(list(topo.hosts)))
     workers = hosts[: data.draw(st.integers(1, len(hosts)))]
-    for name in ("ring", "hd", "multitree"):
+    for name in ("ring", "hd", "multitree", "ps"):
         algo = ALGORITHMS[name]
         try:
             sched = algo.schedule_among(topo, workers)
@@ -204,7 +204,12 @@ def test_schedule_among_keeps_each_algorithm_s_own_order(spec: str, data: st.Dat
             assert name == "multitree" and "not linked" in str(exc)
             continue
         assert set(sched.hosts) == set(workers)
-        assert list(sched.hosts) == [h for h in algo.order(topo, None) if h in workers]
+        if name == "ps":  # the aggregator first, then the others in host order
+            in_order = [h for h in topo.hosts if h in workers]
+            agg = ps.aggregator(topo, in_order)
+            assert list(sched.hosts) == [agg, *(h for h in in_order if h != agg)]
+        else:
+            assert list(sched.hosts) == [h for h in algo.order(topo, None) if h in workers]
         check(sched, topo, SIZE, promised=algo.promises(topo))
         if len(workers) == len(hosts):
             assert sched == algo.schedule(topo)  # every host: what `inaemu schedule` checks
@@ -231,6 +236,48 @@ def test_the_ring_s_default_order_crosses_each_link_once(spec: str) -> None:
         0,
         1,
     }
+
+
+# ---------------------------------------------------------------------- the worker-aggregator
+
+
+@SETTINGS
+@given(st.integers(1, 40))
+def test_ps_all_reduces_any_number_of_ranks_in_two_steps(n: int) -> None:
+    sched = Schedule("ps", tuple(f"h{i}" for i in range(n)), 1, ps.ps_steps(n))
+    simulate(sched)
+    assert len(sched.steps) == (2 if n > 1 else 0)
+    for _, t in sched.transfers():  # every transfer to or from the aggregator, rank 0
+        assert 0 in (t.src, t.dst) and (t.lo, t.hi) == (0, 1)
+
+
+def test_ps_measures_on_a_star() -> None:
+    topo = topo_of("star:5")
+    m = check(built("ps", "star:5"), topo, 1000)
+    assert (m.steps, m.chunks) == (2, 1)
+    assert m.sent_max == 4 * 1000 and m.sent_mean == 2 * 4 * 1000 / 5  # the aggregator: n - 1
+    assert m.max_flows == 4 and m.busiest == (0, ("s1", "h1"))  # 4 pushes into h1's NIC
+
+
+@SETTINGS
+@given(
+    st.sampled_from(["mesh:3x3", "mesh:3x5", "mesh:1x5", "star:4", "leaf-spine:2x2x2"]), st.data()
+)
+def test_ps_aggregator_is_the_worker_nearest_the_others(spec: str, data: st.DataObject) -> None:
+    topo = topo_of(spec) if spec in SPECS else from_spec(spec)
+    workers = data.draw(st.permutations(list(topo.hosts)))
+    workers = workers[: data.draw(st.integers(1, len(workers)))]
+    sched = ALGORITHMS["ps"].schedule_among(topo, workers)
+    routes = FlowRoutes(topo)
+
+    def hops(h: str) -> int:
+        return sum(routes.hops(h, w) for w in workers if w != h)
+
+    agg = sched.hosts[0]
+    assert hops(agg) == min(hops(w) for w in workers)
+    assert agg == next(h for h in topo.hosts if h in workers and hops(h) == hops(agg))
+    if spec == "mesh:3x3" and len(workers) == 9:
+        assert agg == "h5"  # the centre
 
 
 def test_hdrm_removes_the_contention_of_plain_halving_doubling() -> None:
@@ -421,6 +468,9 @@ def test_the_alpha_beta_prediction() -> None:
     # the ring: 6 steps, each putting a quarter of the array on every host link
     ring4 = algorithm("ring").schedule(star4)
     assert predict_seconds(ring4, FlowRoutes(star4), 4_000_000, model) == 6 * (0.5 + 1.0)
+    # the worker-aggregator: 3 arrays into, then out of, the aggregator's one link
+    ps4 = algorithm("ps").schedule(star4)
+    assert predict_seconds(ps4, FlowRoutes(star4), 1_000_000, model) == 2 * (0.5 + 3.0)
     # torus:3x3, all ports: MultiTree's steps each move one chunk per network link, and a
     # node's host link carries its 4 ports at once; with one interface up to 4 chunks queue
     topo = topo_of("torus:3x3")
@@ -453,7 +503,7 @@ def test_cli_prints_the_table_and_writes_a_schedule(
     assert controller_cli.main(["schedule", "--topo", "bigraph:2x4", "--size", "1000"]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines() if line.split()[0] in ALGORITHMS}
-    assert set(rows) == {"ring", "hd", "hdrm", "multitree"}
+    assert set(rows) == {"ring", "hd", "hdrm", "multitree", "ps"}
     assert rows["hdrm"].endswith("yes (promised)") and rows["hd"].endswith("no")
     target = tmp_path / "s.json"
     code = schedule_cli.main(
