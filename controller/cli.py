@@ -7,6 +7,8 @@
     inaemu mininet --topo star:4|leaf-spine:2x2x2 [--switch softswitch|bmv2] [--algo ina] ...
     inaemu topo star|leaf-spine|fat-tree|bigraph|torus|mesh ... [--program F] -o topology.json
     inaemu topo leaf-spine:2x2x4|bigraph:4x4|fat-tree:4|torus:4x4|mesh:3x3|star:4 -o t.json
+        [--grpc HOST:PORT] [--grpc SWITCH=HOST:PORT] [--device-id N] [--device-id SWITCH=N]
+    inaemu bmv2 -t topology.json [--print] [--iface-format '{switch}-eth{port}'] ...
     inaemu topo show -t topology.json -o topology.svg   (or .png, .pdf; needs inaemu[draw])
     inaemu pipeline push  -t topology.json [--device-config F] [--force]
     inaemu pipeline check -t topology.json
@@ -33,7 +35,10 @@ import asyncio
 import dataclasses
 import fcntl
 import json
+import shutil
+import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +47,7 @@ from pathlib import Path
 import finsy as fy
 
 from inaemu.collectives.routes import NODE_PORTS
+from inaemu.controller import bmv2
 from inaemu.controller.compare import parse_algos
 from inaemu.controller.demo import TOPO_SIZE, DemoOptions, main_demo
 from inaemu.controller.draw import DrawError
@@ -65,6 +71,7 @@ from inaemu.controller.topology import (
     Text,
     Topology,
     TopologyError,
+    assign_devices,
     bigraph,
     describe_roles,
     fat_tree,
@@ -303,10 +310,11 @@ def _cmd_job(args: argparse.Namespace) -> None:
                 f"inaemu job new-run -t {args.topology} --job {spec.job_id}"
                 + (f" --state {args.state}" if args.state else "")
             )
-        else:
-            await ctl.remove_job(args.job)
+        else:  # a switch that lost the job (restarted) has nothing to delete: not an error
+            lacking = await ctl.remove_job(args.job, gone_ok=True)
             _save_state(path, ctl.jobs)
-            print(f"job {args.job} removed")
+            lost = f" ({', '.join(lacking)} had lost some or all of it: restarted?)"
+            print(f"job {args.job} removed" + (lost if lacking else ""))
 
     ctl, specs = _controller(args)
     if args.action == "list":  # the state file is the answer: no switch needed
@@ -428,6 +436,7 @@ def cmd_topo(args: argparse.Namespace) -> None:
             name: dataclasses.replace(sw, program=args.program)
             for name, sw in topo.switches.items()
         }
+    topo = _with_devices(topo, args.grpc, args.device_id)
     if args.output:
         try:
             topo.save(args.output)
@@ -439,6 +448,125 @@ def cmd_topo(args: argparse.Namespace) -> None:
         )
     else:
         print(json.dumps(topo.to_json(), indent=2))
+
+
+def _per_switch(values: list[str], option: str, form: str) -> tuple[str | None, dict[str, str]]:
+    """The values of a repeated option: at most one plain VALUE (the first switch's) and any
+    number of SWITCH=VALUE."""
+    plain = [v for v in values if "=" not in v]
+    if len(plain) > 1:
+        raise TopologyError(
+            f"{option} {plain[1]}: give one {option} {form} (the first switch's; the others "
+            f"follow it) and {option} SWITCH={form} for single switches"
+        )
+    named = dict(v.split("=", 1) for v in values if "=" in v)
+    return (plain[0] if plain else None), named
+
+
+def _device_id(text: str, shown: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise TopologyError(f"--device-id {shown}: write N or SWITCH=N (N a number)")
+    return int(text)
+
+
+def _with_devices(topo: Topology, grpc: list[str], device_id: list[str]) -> Topology:
+    """`topo` with the addresses and device ids of `--grpc` and `--device-id`."""
+    if not grpc and not device_id:
+        return topo
+    first_grpc, grpc_of = _per_switch(grpc, "--grpc", "HOST:PORT")
+    first_id, ids_of = _per_switch(device_id, "--device-id", "N")
+    return assign_devices(
+        topo,
+        grpc=first_grpc,
+        device_id=None if first_id is None else _device_id(first_id, first_id),
+        grpc_of=grpc_of,
+        device_id_of={n: _device_id(v, f"{n}={v}") for n, v in ids_of.items()},
+    )
+
+
+def cmd_bmv2(args: argparse.Namespace) -> int:
+    """One simple_switch_grpc per switch of the topology: printed, or run until Ctrl-C."""
+    topo = Topology.load(args.topology)
+    run_dir = Path(args.run_dir or f"{args.topology}.bmv2").resolve()
+    ifaces: dict[tuple[str, int], str] = {}
+    for spec in args.iface:
+        where, eq, ifname = spec.partition("=")
+        switch, colon, port = where.rpartition(":")
+        if not (eq and colon and ifname and port.isdigit() and switch in topo.switches):
+            raise TopologyError(
+                f"--iface {spec}: write SWITCH:PORT=IFNAME with a switch of the topology "
+                f"({', '.join(topo.switches)}), e.g. s1:1=veth1"
+            )
+        ifaces[(switch, int(port))] = ifname
+    try:
+        args.iface_format.format(switch="s1", port=1)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise TopologyError(
+            f"--iface-format {args.iface_format}: use {{switch}} and {{port}}, e.g. "
+            f"{bmv2.IFACE_FORMAT} ({exc!r})"
+        ) from None
+    names = list(topo.switches)
+    if args.thrift_port == 0:
+        thrift = dict(zip(names, bmv2.free_ports(len(names)), strict=True))
+    elif 1 <= args.thrift_port <= 65536 - len(names):
+        thrift = {name: args.thrift_port + i for i, name in enumerate(names)}
+    else:
+        raise TopologyError(
+            f"--thrift-port {args.thrift_port}: {len(names)} switches need ports from it "
+            "within 1..65535 (0: free ports)"
+        )
+    commands = bmv2.topology_commands(
+        topo,
+        run_dir,
+        iface_format=args.iface_format,
+        ifaces=ifaces,
+        thrift_ports=thrift,
+        log_level=args.log_level,
+    )
+    if args.print:
+        print("\n".join(bmv2.shell_lines(commands, run_dir)))
+        return 0
+    if shutil.which(bmv2.BINARY) is None:
+        return _failed(
+            "bmv2",
+            f"{bmv2.BINARY} is not on PATH (bmv2: `bash ../shared/p4-toolchain/install.sh` "
+            "installs it under /opt/p4/bin)",
+        )
+    stop = threading.Event()
+    handlers = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    switches = bmv2.Bmv2Switches(commands)
+    try:
+        switches.start()
+        for c in commands:
+            pid = switches.procs[c.switch].pid
+            print(
+                f"READY {c.switch} grpc={c.grpc} device_id={c.device_id} "
+                f"thrift={c.thrift_port} pid={pid} log={c.log}",
+                flush=True,
+            )
+        print(
+            f"inaemu bmv2: {len(commands)} switches running without a program; install "
+            f"ina.p4 with `inaemu pipeline push -t {args.topology}`; Ctrl-C stops them",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            gone = switches.exited()
+            if gone is not None:
+                c, status = gone
+                return _failed(
+                    "bmv2",
+                    f"{c.switch}: simple_switch_grpc exited (status {status}); the others "
+                    f"were stopped; {c.log}:\n{bmv2.log_tail(c.log)}",
+                )
+    except bmv2.Bmv2Error as exc:
+        return _failed("bmv2", str(exc))
+    finally:
+        switches.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return 0
 
 
 def cmd_topo_show(args: argparse.Namespace) -> None:
@@ -598,8 +726,60 @@ def build_parser() -> argparse.ArgumentParser:
         help="bmv2 JSON every switch runs (written into the topology; "
         "`inaemu pipeline push` sends it; the softswitch accepts it too)",
     )
+    t.add_argument(
+        "--grpc",
+        action="append",
+        default=[],
+        metavar="[SWITCH=]HOST:PORT",
+        help="P4Runtime address: HOST:PORT for the first switch, the others get the ports "
+        "after it (default 127.0.0.1:9559); SWITCH=HOST:PORT for one switch (repeatable)",
+    )
+    t.add_argument(
+        "--device-id",
+        action="append",
+        default=[],
+        metavar="[SWITCH=]N",
+        help="P4Runtime device id: N for the first switch, the others N+1, ... (default 1); "
+        "SWITCH=N for one switch (repeatable)",
+    )
     t.add_argument("-o", "--output", help="topology.json to write; topo show: the picture")
     t.set_defaults(func=cmd_topo)
+
+    b = sub.add_parser(
+        "bmv2",
+        help="run one simple_switch_grpc per switch of a topology (or --print the commands)",
+    )
+    b.add_argument("-t", "--topology", required=True, help="topology.json")
+    b.add_argument(
+        "--print", action="store_true", help="print the command lines (a shell script), run none"
+    )
+    b.add_argument(
+        "--iface-format",
+        default=bmv2.IFACE_FORMAT,
+        help="the interface of a switch's port (default %(default)s, Mininet's names)",
+    )
+    b.add_argument(
+        "--iface",
+        action="append",
+        default=[],
+        metavar="SWITCH:PORT=IFNAME",
+        help="the interface of one port (repeatable), e.g. s1:1=veth1",
+    )
+    b.add_argument(
+        "--thrift-port",
+        type=int,
+        default=bmv2.THRIFT_BASE,
+        help="thrift port of the first switch, the others the ports after it (default "
+        "%(default)s); 0: free ports",
+    )
+    b.add_argument("--run-dir", help="logs and notifications sockets (default <topology>.bmv2)")
+    b.add_argument(
+        "--log-level",
+        default="warn",
+        choices=("trace", "debug", "info", "warn", "error", "off"),
+        help="bmv2's log level (default %(default)s: info logs every packet)",
+    )
+    b.set_defaults(func=cmd_bmv2)
 
     def with_topology(p: argparse.ArgumentParser) -> None:
         p.add_argument("-t", "--topology", required=True, help="topology.json")

@@ -294,15 +294,20 @@ class _Workers:
         except threading.BrokenBarrierError:
             failed.append(f"the workers did not all attach within {ATTACH_TIMEOUT:.0f} s")
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Tell every worker to end and wait for it (`wait`: at most 5 s); without `wait`
+        (the comparison was interrupted or failed: a worker may be mid-algorithm), end them
+        at once."""
         for q in self.tasks:
             q.put(None)
-        for p in self.procs:
-            p.join(5)
+        if wait:
+            for p in self.procs:
+                p.join(5)
         for p in self.procs:
             if p.is_alive():
                 p.terminate()
-                p.join(5)
+        for p in self.procs:
+            p.join(5)
 
 
 def collective_schedules(
@@ -367,6 +372,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     switches: dict[str, Any] = {}
     pool: _Workers | None = None
     rows: list[AlgoRow] = []
+    finished = False
     try:
         switches, addresses = start_switches(topo, workers, wires.path, opts)
         for name, address in addresses.items():
@@ -410,10 +416,11 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
             row.max_error = max(c[1] for c in checks)
             _traffic(row, topo, workers, _delta(before, after))
             rows.append(row)
+        finished = True
         return CompareReport(opts, topo, spec_text, workers, rows, os.cpu_count() or 1)
     finally:
         if pool is not None:
-            pool.stop()
+            pool.stop(wait=finished)
         if ctl is not None:
             loop.run_until_complete(ctl.close())
         loop.close()

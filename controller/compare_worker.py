@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.controller.demo_worker import DemoOptions, Seat, ina_client
+from inaemu.controller.demo_worker import DemoOptions, Seat, end_with_parent, ina_client
 from inaemu.hostlib.worker import digest, worker_input
 
 ATTACH_TIMEOUT = 60.0  # seconds the workers have to attach before an algorithm starts
@@ -65,7 +65,9 @@ def serve(
     results: Queue[AlgoResult | str],
     go: Barrier,
 ) -> None:
-    """Run tasks until the parent sends None; a failure is one line on `results`."""
+    """Run tasks until the parent sends None (or ends: `end_with_parent`); a failure is one
+    line on `results`."""
+    end_with_parent()
     try:
         x = worker_input(opts.seed, worker, opts.size, opts.density, opts.codec)
         while True:

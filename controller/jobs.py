@@ -214,7 +214,10 @@ class JobManager:
         if not 0 <= spec.job_id <= 0xFFFF:
             raise JobError(f"job id {spec.job_id} does not fit 16 bits")
         if spec.job_id in self.jobs:
-            raise JobError(f"job {spec.job_id} is already installed; remove it first")
+            raise JobError(
+                f"job {spec.job_id} is already installed; remove it first (`inaemu job remove "
+                f"--job {spec.job_id}`: also when a restarted switch has lost it)"
+            )
         if not spec.workers:
             raise JobError(f"job {spec.job_id} has no workers")
         if len(set(spec.workers)) != len(spec.workers):

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -725,6 +725,60 @@ def torus(rows: int, cols: int, *, grpc_base: int = 9559) -> Topology:
 def mesh(rows: int, cols: int, *, grpc_base: int = 9559) -> Topology:
     """A 2D mesh: the torus without the wrap-around links."""
     return _grid(rows, cols, False, grpc_base)
+
+
+def assign_devices(
+    topo: Topology,
+    *,
+    grpc: str | None = None,
+    device_id: int | None = None,
+    grpc_of: Mapping[str, str] | None = None,
+    device_id_of: Mapping[str, int] | None = None,
+) -> Topology:
+    """`topo` with the P4Runtime address and device id of its switches set, validated.
+
+    `grpc` ("host:port") is the first switch's address, the others (in the topology's order)
+    get the ports after it on the same host; `device_id` is the first switch's id, the others
+    the ids after it. `grpc_of` and `device_id_of` set single switches (by name) and win.
+    Whatever is not given stays as it was (the builders: 127.0.0.1:9559 and on, ids 1 and on).
+    """
+    names = list(topo.switches)
+    for what, given in (("--grpc", grpc_of or {}), ("--device-id", device_id_of or {})):
+        unknown = [n for n in given if n not in topo.switches]
+        if unknown:
+            raise TopologyError(
+                f"{what} {unknown[0]}=...: the topology has no switch {unknown[0]!r} "
+                f"(its switches: {', '.join(names)})"
+            )
+    first_host, first_port = "", 0
+    if grpc is not None:
+        first_host, _, port_text = grpc.rpartition(":")
+        if not (first_host and port_text.isascii() and port_text.isdigit()):
+            raise TopologyError(f"--grpc {grpc}: write HOST:PORT, e.g. 127.0.0.1:9559")
+        first_port = int(port_text)
+        last = first_port + len(names) - 1
+        if first_port < 1 or last > 65535:
+            need = f" ({len(names)} switches need {first_port}..{last})" if len(names) > 1 else ""
+            raise TopologyError(f"--grpc {grpc}: ports are 1..65535{need}")
+    for name, address in (grpc_of or {}).items():
+        if not _grpc_address(address):
+            raise TopologyError(f"--grpc {name}={address}: write HOST:PORT, e.g. 127.0.0.1:9559")
+    ids = {"": device_id + len(names) - 1} if device_id is not None else {}  # the last one
+    for name, number in {**ids, **(device_id_of or {})}.items():
+        if not 0 <= number < 2**64:
+            shown = f"{name}={number}" if name else f"{device_id} ({len(names)} switches)"
+            raise TopologyError(f"--device-id {shown}: a device id is 0..2^64-1")
+    out = Topology(dict(topo.hosts), {}, list(topo.links))
+    for i, name in enumerate(names):
+        sw = topo.switches[name]
+        address = f"{first_host}:{first_port + i}" if grpc is not None else sw.grpc
+        number = device_id + i if device_id is not None else sw.device_id
+        out.switches[name] = replace(
+            sw,
+            grpc=(grpc_of or {}).get(name, address),
+            device_id=(device_id_of or {}).get(name, number),
+        )
+    return out.validate()
 
 
 # the compact form of every builder: kind -> (what the numbers are, builder)

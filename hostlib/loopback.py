@@ -17,6 +17,9 @@ Why this cannot collide or be spoofed:
   `tempfile.mkdtemp`, or a user-named one that must be private and owned by the user; other
   users cannot reach its sockets at all. A name that is taken is refused with what to change;
   a stale path left by a killed process is reused (the check runs under a lock on the dir).
+  A mkdtemp'd dir is marked (`.owner`) and its maker holds a shared `flock` on it while it
+  lives; a marked dir in the temp dir whose lock is free outlived its maker (SIGKILL) and is
+  removed when the next one is made (`remove_stale_wire_dirs`).
 - only the peer gets in: a datagram carries its sender's bound path. A softswitch port keeps
   its socket unconnected, reads with `recvfrom` and drops every datagram not sent from its
   peer's path, counting it in `rx_foreign`. A host end `connect()`s to its switch port, so
@@ -51,6 +54,8 @@ from contextlib import contextmanager
 SOCKET_BUFFER = 4 << 20
 MAX_PATH = 107  # sun_path is 108 bytes with its NUL
 LOCK_NAME = ".lock"
+OWNER_MARK = ".owner"  # in a dir WireDir() made, once its maker holds the dir's flock
+TEMP_PREFIX = "inaemu-wires-"
 HOST_SUFFIX = ".host"
 _SWITCH_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
 _END_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
@@ -106,9 +111,16 @@ class WireDir:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        self._owner_fd: int | None = None
         if path is None:
-            self.path = os.path.realpath(tempfile.mkdtemp(prefix="inaemu-wires-"))
+            remove_stale_wire_dirs()
+            self.path = os.path.realpath(tempfile.mkdtemp(prefix=TEMP_PREFIX))
             self.owned = True
+            # the lock first, then the mark: a marked dir whose lock is free has no maker
+            self._owner_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fcntl.flock(self._owner_fd, fcntl.LOCK_SH)
+            with open(os.path.join(self.path, OWNER_MARK), "x"):
+                pass
         else:
             self.path = os.path.realpath(os.fspath(path))
             self.owned = False
@@ -220,6 +232,37 @@ class WireDir:
         """Remove the directory if this object made it."""
         if self.owned:
             shutil.rmtree(self.path, ignore_errors=True)
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
+
+
+def remove_stale_wire_dirs(root: str | None = None) -> None:
+    """Remove this user's wire dirs in `root` (the temp dir) that `WireDir()` made for a
+    process that is gone: marked, and nobody holds their lock."""
+    root = root or tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(TEMP_PREFIX):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or not os.path.exists(
+                os.path.join(entry.path, OWNER_MARK)
+            ):
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:  # its maker lives (EWOULDBLOCK)
+            pass
+        finally:
+            os.close(fd)
 
 
 def _alive(path: str) -> bool:

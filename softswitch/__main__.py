@@ -16,7 +16,8 @@ with `LoopbackWireTransport(port, wire_dir, switch_name=name)`:
     READY name=s1 grpc=127.0.0.1:9559 device_id=1 ports=1,2,3,4 wire_dir=/tmp/inaemu-wires-x1
 
 SIGINT / SIGTERM stop it cleanly. A taken address or wire end is reported in one line with
-what to change.
+what to change. `--parent-pid PID` (what `inaemu demo` passes) stops it the same way when
+process PID, its parent, ends, even killed with SIGKILL (`hostlib.lifeline`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import signal
 import sys
 import threading
 
+from inaemu.hostlib.lifeline import die_with_parent
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.ports import AfPacketPort
 from inaemu.softswitch.switch import SoftSwitch
@@ -83,11 +85,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="install the committed P4Info at start (no pipeline push needed)",
     )
+    ap.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop when process PID, the one that started this switch, ends",
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.parent_pid is not None:
+        die_with_parent(args.parent_pid)
     try:
         links = [_port_spec(spec, "--link", "PORT=END (e.g. 5=s2.3)") for spec in args.link]
         ifaces = [_port_spec(spec, "--iface", "PORT=IFNAME") for spec in args.iface]
@@ -119,17 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"softswitch: {exc.strerror or exc} (pick another --grpc port)", file=sys.stderr)
         switch.stop()
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     switch.start()
     ports = ",".join(str(p) for p in sorted(switch.ports))
     wires = f" wire_dir={switch.wire_dir}" if args.wires or args.link else ""
-    print(
-        f"READY name={args.name} grpc={server.address} device_id={args.device_id} "
-        f"ports={ports}{wires}",
-        flush=True,
-    )
+    if not stop.is_set():  # else stopped while starting: no READY, the same clean stop
+        print(
+            f"READY name={args.name} grpc={server.address} device_id={args.device_id} "
+            f"ports={ports}{wires}",
+            flush=True,
+        )
     reported = (0, 0)
     try:
         while not stop.wait(0.5):

@@ -429,6 +429,61 @@ def test_ctrl_c_in_a_command(
     assert rc == 130 and err == "\ninaemu stats: interrupted\n"
 
 
+# ---------------------------------------------------------------------- job state vs switch
+
+
+def test_job_state_after_a_switch_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state file names a job the restarted switch no longer holds: `job add` of it says
+    to remove it first and names the command, in one line; `job remove` succeeds on what is
+    gone and forgets it (keeping the epochs issued); `job add` then installs it again."""
+    path = tmp_path / "t.json"
+    state = tmp_path / "t.json.jobs.json"
+    add = ("job", "add", "-t", str(path), "--job", "1", "--workers", "h1,h2", "--pool", "8")
+    remove = ("job", "remove", "-t", str(path), "--job", "1")
+    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0", preconfigured=True) as first:
+        address = first.address
+        path.write_text(json.dumps(star_json(address)))
+        assert inaemu(capsys, *add)[0] == 0
+    restarted = Pipeline()
+    with P4RuntimeServer(restarted, address=address, preconfigured=True):
+        err = refused(capsys, *add)
+        assert "job 1 is already installed" in err and "`inaemu job remove --job 1`" in err
+        rc, out, err = inaemu(capsys, *remove)
+        assert (rc, err) == (0, ""), err
+        assert out == "job 1 removed (s1 had lost some or all of it: restarted?)\n"
+        assert json.loads(state.read_text()) == {"jobs": [], "epochs": {"s1": 1}}
+        rc, out, err = inaemu(capsys, *add)
+        assert (rc, err) == (0, ""), err
+        assert restarted.ina_job.entries[(1, 0)].action.params[-1] == 2  # a new epoch
+        # an entry lost (or deleted behind the controller's back): the rest is removed
+        restarted.multicast.delete(1)
+        rc, out, err = inaemu(capsys, *remove)
+        assert (rc, err, out) == (
+            0,
+            "",
+            "job 1 removed (s1 had lost some or all of it: restarted?)\n",
+        )
+        assert not restarted.ina_job.entries and not restarted.ina_child.entries
+        assert not restarted.multicast.groups and not restarted.ina_egress.entries
+        assert inaemu(capsys, *add)[0] == 0
+        assert inaemu(capsys, *remove) == (0, "job 1 removed\n", "")  # all of it was there
+
+
+def test_a_refused_job_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
+) -> None:
+    """A switch that refuses a job's entries (one it holds already, installed behind the
+    controller's back): one line with the first reason, not a dump of every entry."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json(server.address)))
+    server.pipeline.multicast.insert(1, [(1, 0)])
+    err = refused(capsys, "job", "add", "-t", str(path), "--job", "1", "--workers", "h1,h2")
+    assert "switch 's1' refused 1 of" in err and "multicast group 1: ALREADY_EXISTS" in err
+    assert "rolled back" in err
+
+
 # ---------------------------------------------------------------------- demo exit status
 
 

@@ -476,10 +476,14 @@ def test_observer_without_election_id_and_stream_limit(pipeline: Pipeline) -> No
         assert status(a.arbitrate(4)) == CODE.OK
         note = observer.next()  # told about the new primary
         assert status(note) == CODE.ALREADY_EXISTS and note.arbitration.election_id.low == 4
-        third = Controller(server.address)
-        err = third.next()
+        third = Controller(server.address)  # both slots taken: an observer gets none
+        err = third.arbitrate(None)
         assert isinstance(err, grpc.RpcError) and err.code() == CODE.RESOURCE_EXHAUSTED
-        for ctl in (observer, a, third):
+        fourth = Controller(server.address)  # a controller takes the observer's slot
+        assert status(fourth.arbitrate(3)) == CODE.ALREADY_EXISTS
+        err = observer.next()
+        assert isinstance(err, grpc.RpcError) and err.code() == CODE.RESOURCE_EXHAUSTED
+        for ctl in (observer, a, third, fourth):
             ctl.close()
 
 
