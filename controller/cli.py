@@ -19,7 +19,7 @@
     inaemu routes     -t topology.json
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
-    inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|all] [-o s.json]
+    inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
 
 Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
 runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
@@ -46,6 +46,7 @@ from pathlib import Path
 
 import finsy as fy
 
+from inaemu.collectives.routes import NODE_PORTS
 from inaemu.controller import bmv2
 from inaemu.controller.compare import parse_algos
 from inaemu.controller.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
@@ -626,6 +627,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             trees=args.trees,
             algos=parse_algos(args.algo) if args.algo else (),
             mtu=args.mtu,
+            node_ports=args.node_ports,
         )
     )
 
@@ -688,8 +690,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-progress", action="store_true")
     d.add_argument(
         "--algo",
-        help="compare on the same network, one after the other: ina,ring,hd,hdrm,multitree "
-        "(a list) or all; every result verified, one table (controller/compare.py)",
+        help="compare on the same network, one after the other: ina,ring,hd,hdrm,multitree,"
+        "ps (a list) or all, each host collective in its own rank order; every result "
+        "verified, one table (controller/compare.py)",
+    )
+    d.add_argument(
+        "--node-ports",
+        choices=NODE_PORTS,
+        default=NODE_PORTS[0],
+        help="with --algo on a torus or mesh: the node model the schedules are built for "
+        "(all: a node drives all its network links at once, the default; 1: one interface)",
     )
     d.add_argument(
         "--mtu",

@@ -50,6 +50,13 @@ class AlgoResult:
     message_bytes: int  # what the algorithm sent: INA payload frames, or schedule messages
 
 
+def task_rank(task: Task, seat: Seat) -> int:
+    """The worker's rank in a host collective's schedule: where its (mac, ip) stands in the
+    task's peers, which follow the schedule's rank order."""
+    assert seat.host is not None
+    return list(task.peers).index(seat.host)
+
+
 def serve(
     worker: int,
     opts: DemoOptions,
@@ -121,7 +128,7 @@ def _run(
 
     assert task.schedule is not None and seat.host is not None
     sched = Schedule.from_json(task.schedule, source=f"{task.algo} schedule")
-    rank = list(task.peers).index(seat.host)
+    rank = task_rank(task, seat)
     channel = on_host_wire(
         rank,
         [Endpoint(mac, ip) for mac, ip in task.peers],

@@ -46,6 +46,7 @@ class DemoOptions:
     trees: int = 0  # aggregation trees with a topology (0: one per root candidate)
     algos: tuple[str, ...] = ()  # the comparison (controller/compare.py): ina and schedules
     mtu: int = 1500  # the comparison: IPv4 packet bytes of the host collectives' frames
+    node_ports: str = "all"  # the comparison: torus and mesh node model (collectives.routes)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.collectives.routes import DIRECT_ROLES, NODE_PORTS
 from inaemu.controller.topology import Topology, TopologyError, from_spec
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.wire import FRAME_BYTES, K
@@ -78,7 +79,7 @@ from inaemu.mininet.scenario import (
     Scenario,
     ScenarioError,
     link_delta,
-    link_params,
+    link_shaping,
 )
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -205,6 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Mbit/s on every link without a bw option of its own (Mininet TCLink; default: "
         "unshaped)",
+    )
+    ap.add_argument(
+        "--node-ports",
+        choices=NODE_PORTS,
+        default=NODE_PORTS[0],
+        help="torus and mesh nodes: all (default) = a node drives all its network links at "
+        "once: its host link is shaped to --bw times its network ports and the host "
+        "collectives' schedules are built for that (MULTITREE's setting); 1 = one interface, "
+        "its host link shaped to --bw like every other link",
     )
     ap.add_argument(
         "--loss",
@@ -634,13 +644,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def choose(
-    text: str, topo: Topology, workers: tuple[str, ...], codec: str
+    text: str, topo: Topology, workers: tuple[str, ...], codec: str, node_ports: str = "all"
 ) -> tuple[list[Algorithm], dict[str, str]]:
-    """The algorithms of `--algo` that run here, and why the others do not. `all` skips what
-    cannot run (topology, codec); named algorithms must all run: ValueError with the reasons."""
+    """The algorithms of `--algo` that run here (under the node model `node_ports`), and why
+    the others do not. `all` skips what cannot run (topology, codec); named algorithms must
+    all run: ValueError with the reasons."""
     chosen, skipped = [], {}
     for name in algo_names(text):
-        algo = algorithm(name)
+        algo = algorithm(name, node_ports)
         why = algo.refuse(topo, workers, codec)
         if why is None:
             chosen.append(algo)
@@ -670,13 +681,13 @@ def run_scenario(args: argparse.Namespace) -> int:
         )
         if len(workers) < 1:
             raise ValueError("the topology has no hosts with role worker")
-        algos, skipped = choose(args.algo, topo, workers, args.codec)
+        algos, skipped = choose(args.algo, topo, workers, args.codec, args.node_ports)
         if len(workers) * max(sizes) > arg.MAX_ELEMENTS:
             raise ValueError(
                 f"{len(workers)} workers x {max(sizes):,} elements is more than "
                 f"{arg.MAX_ELEMENTS:,} (1 GiB of float32): the results are checked on this machine"
             )
-        bandwidths = [link_params(lk, args.bw, i).get("bw") for i, lk in enumerate(topo.links)]
+        bandwidths = [p.get("bw") for p in link_shaping(topo, args.bw, args.node_ports)]
         debian.ensure(install=not args.no_install)
         if args.pcap and args.switch == "softswitch" and shutil.which("tcpdump") is None:
             if args.no_install:
@@ -708,6 +719,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     options = NetOptions(
         switch=args.switch,
         bw=args.bw,
+        node_ports=args.node_ports,
         pcap=args.pcap,
         bmv2_log_level=args.bmv2_log_level,
         verbose=args.verbose,
@@ -723,11 +735,16 @@ def run_scenario(args: argparse.Namespace) -> int:
         "sizes": sizes,
         "codec": args.codec,
         "bw_mbit": args.bw,
+        "node_ports": args.node_ports,
         "loss": args.loss,
         "run_id": plan[0][1].run_id,
         "run_dir": str(run.root),
     }
     shaped = f", links {args.bw:g} Mbit/s" if args.bw else ""
+    if any(sw.role in DIRECT_ROLES for sw in topo.switches.values()):
+        shaped += f", node ports {args.node_ports}"
+        if args.bw and args.node_ports == "all":
+            shaped += " (a node's host link: --bw x its network ports)"
     if single:
         what = f"algo {algos[0].name}, {len(workers)} workers x {sizes[0]:,} {args.codec} "
         what += f"elements ({_fmt_bytes(4 * sizes[0])}){shaped}; run {plan[0][1].run_id}"

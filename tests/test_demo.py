@@ -189,11 +189,12 @@ def test_compare_on_a_star_runs_every_algorithm() -> None:
     assert "star:4: 1 switches (1 root), 4 workers x 20,000 float32, codec fixedpoint" in out
     assert "embedded links have no bandwidth limit" in out
     rows = _rows(out)
-    assert list(rows) == ["ina", "ring", "hd", "hdrm", "multitree"]
-    for algo in ("ina", "ring", "hd", "multitree"):
+    assert list(rows) == ["ina", "ring", "hd", "hdrm", "multitree", "ps"]
+    for algo in ("ina", "ring", "hd", "multitree", "ps"):
         assert rows[algo].endswith("bit-exact, within bound"), rows[algo]
     assert "skipped: hdrm does not run on a star topology" in rows["hdrm"]
     assert rows["ring"].split()[1] == "6"  # 2 (N - 1) steps
+    assert rows["ps"].split()[1] == "2"  # push, pull
 
 
 def test_compare_on_a_leaf_spine_with_loss() -> None:

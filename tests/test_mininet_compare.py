@@ -61,7 +61,9 @@ STAR4 = ("h1", "h2", "h3", "h4")
 
 
 def test_every_algorithm_says_what_it_runs() -> None:
-    assert list(ALGORITHMS) == ["ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "gloo"]
+    assert list(ALGORITHMS) == [
+        "ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "gloo"
+    ]  # fmt: skip
     for name, cls in ALGORITHMS.items():
         algo = algorithm(name)
         assert cls.summary and algo.codecs, name
@@ -77,7 +79,7 @@ def test_what_each_algorithm_refuses() -> None:
         algorithm("gloo").refuse(topo, STAR4, "inceptionn")
     )
     assert algorithm("gloo").refuse(topo, STAR4, "plain") is None
-    for name in ("ring", "hd", "multitree"):
+    for name in ("ring", "hd", "multitree", "ps"):
         assert algorithm(name).refuse(topo, STAR4, "inceptionn") is None, name
     assert "supports bigraph" in str(algorithm("hdrm").refuse(topo, STAR4, "int32"))
     bigraph = from_spec("bigraph:2x4")
@@ -335,6 +337,14 @@ def test_a_row_counts_hosts_links_and_the_busiest_link() -> None:
                         bandwidths=[None] * 4, hosts=("h1", "h2", "h3"), verdict=Verdict(),
                         problems=["h2 (rank 1): exit 1"])  # fmt: skip
     assert unshaped.busiest_share is None and not unshaped.verified
+    assert (unshaped.busiest_link, unshaped.busiest_bytes) == ("s1:4 -> s2:1", 6000)
+    # shaped unevenly (a torus node's wide host link): the busiest is the one that needs the
+    # most time at its bandwidth, h1's 3000 B at 10 Mbit/s, not the 6000 B at 50
+    narrow = make_row("ring", 4096, "plain", "bound", seconds=0.008, uses=uses(),
+                      bandwidths=[10.0, 50.0, 50.0, 50.0], hosts=("h1", "h2", "h3"),
+                      verdict=verdict)  # fmt: skip
+    assert (narrow.busiest_link, narrow.busiest_bytes) == ("s1:1 -> h1", 3000)
+    assert narrow.busiest_share == pytest.approx(3000 / (10e6 / 8 * 0.008))
     assert json.loads(json.dumps(row.to_json()))["facts"] == {"schedule": "3 steps"}
 
     lines = render_table([row, unshaped])
@@ -461,7 +471,9 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
         logs = run / "logs" / f"{name}-{size}"
         assert sorted(p.name for p in logs.glob("*.json")) == [f"h{i}.json" for i in range(1, 5)]
     schedules = sorted(p.name for p in (run / "build").glob("schedule-*.json"))
-    assert schedules == ["schedule-hd.json", "schedule-multitree.json", "schedule-ring.json"]
+    assert schedules == [
+        "schedule-hd.json", "schedule-multitree.json", "schedule-ps.json", "schedule-ring.json"
+    ]  # fmt: skip
     assert not list((run / "build" / "results").rglob("*.npy"))  # verified: removed
-    assert "verified: every run (6)" in proc.stdout
+    assert "verified: every run (7)" in proc.stdout
     assert_removed(run)
