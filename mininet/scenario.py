@@ -214,6 +214,14 @@ def counted_end(link: Link) -> tuple[str, int]:
     return link.a, link.a_port
 
 
+def link_ends(link: Link) -> tuple[str, str]:
+    """The names of a link's ends in `LinkUse` and the table: a host by its name, a switch's
+    end as switch:port ("h1", "s1:1")."""
+    a = link.a if link.a_port is None else f"{link.a}:{link.a_port}"
+    b = link.b if link.b_port is None else f"{link.b}:{link.b_port}"
+    return a, b
+
+
 def switch_ports(topo: Topology, switch: str) -> list[int]:
     """The ports of `switch` that links use."""
     ports = [lk.a_port for lk in topo.links if lk.a == switch and lk.a_port is not None]
@@ -593,8 +601,7 @@ class Scenario:
         topo = self.topology
         for lk in topo.links:
             sw, port = counted_end(lk)
-            a = lk.a if lk.a_port is None else f"{lk.a}:{lk.a_port}"
-            b = lk.b if lk.b_port is None else f"{lk.b}:{lk.b_port}"
+            a, b = link_ends(lk)
             yield lk, a, b, interface_name(sw, port), (sw, port) == (lk.b, lk.b_port)
 
     def link_counters(self) -> list[LinkUse]:
