@@ -219,8 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_bw,
         default=None,
         help="Mbit/s on every link without a bw option of its own (Mininet TCLink; default: "
-        f"unshaped); auto: {BW_MARGIN:.0%} of what the emulator carries here, measured first "
-        "by an unshaped run of every algorithm (docs/mininet.md)",
+        f"unshaped); auto: {100 * BW_MARGIN:.0f}%% of what the emulator carries here, "
+        "measured first by an unshaped run of every algorithm (docs/mininet.md)",
     )
     ap.add_argument(
         "--repeat",

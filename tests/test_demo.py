@@ -354,8 +354,16 @@ def _listening(port: int) -> bool:
 
 
 # a comparison on three switches; RUN: a run dir in the test's tmp_path
-COMPARE_TOPO = ("--topo", "leaf-spine:2x1x2", "--algo", "ina,ring", "--run-dir", "RUN",
-                "--size", "5000000")  # fmt: skip (the size last: the test runs it again smaller)
+COMPARE_TOPO = (
+    "--topo",
+    "leaf-spine:2x1x2",
+    "--algo",
+    "ina,ring",
+    "--run-dir",
+    "RUN",
+    "--size",
+    "5000000",
+)  # fmt: skip (the size last: the test runs it again smaller)
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from inaemu.collectives.routes import FlowRoutes
 from inaemu.controller.topology import Topology, from_spec, star
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
-from inaemu.mininet.accounting import ProcessUse, Usage
+from inaemu.mininet.accounting import ProcessUse, Usage, two_digits_down
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.compare import (
     CHECKS,
@@ -621,10 +621,10 @@ def test_a_run_with_a_failed_worker_and_a_wrong_result_is_a_failed_row(tmp_path:
 # ---------------------------------------------------------------------- the scenario (root)
 
 
-def star_named(switch: str) -> Topology:
-    """star(4) with its switch called `switch`: its interfaces (`<switch>-eth<port>`) clash
-    with no other Mininet scenario running on the machine at the same time."""
-    topo = star(4)
+def star_named(switch: str, hosts: int = 4) -> Topology:
+    """star(hosts) with its switch called `switch`: its interfaces (`<switch>-eth<port>`)
+    clash with no other Mininet scenario running on the machine at the same time."""
+    topo = star(hosts)
     topo.switches = {switch: dataclasses.replace(topo.switches["s1"], name=switch)}
     topo.links = [dataclasses.replace(lk, b=switch) for lk in topo.links]
     return topo.validate()
@@ -658,6 +658,10 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
         assert row["host_sent_max"] >= row["host_sent_mean"] >= least, (name, row)
         assert 0 < row["busiest_share"] < 1.5, row
         assert len(row["links"]) == 4 and len(row["worker_reports"]) == 4
+        assert row["floor_seconds"] == pytest.approx(row["busiest_bytes"] * 8 / 100e6)
+        assert row["bound_by"] in ("links", "emulator", "unclear") and row["bound_reason"]
+        usage = row["accounting"]["usage"]
+        assert {p["name"] for p in usage["processes"]} == {"cmp1", "h1", "h2", "h3", "h4"}
         logs = run / "logs" / f"{name}-{size}"
         assert sorted(p.name for p in logs.glob("*.json")) == [f"h{i}.json" for i in range(1, 5)]
     schedules = sorted(p.name for p in (run / "build").glob("schedule-*.json"))
@@ -667,3 +671,41 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
     assert not list((run / "build" / "results").rglob("*.npy"))  # verified: removed
     assert "verified: every run (7)" in proc.stdout
     assert_removed(run)
+
+
+@pytest.mark.usefixtures("mininet_ready")
+def test_bw_auto_repeats_and_sizes_on_a_star_of_three(tmp_path: Path) -> None:
+    """`--bw auto`: an unshaped run of each algorithm first (its own network, under probe/),
+    the links set to half the slowest one's busiest-link rate, said and recorded; then every
+    algorithm twice at each size, each run with its accounting, each point its median and
+    spread, the plot; nothing of either network left."""
+    star_named("cmp2", 3).save(tmp_path / "star3.json")
+    run = tmp_path / "run"
+    proc = mininet(run, "-t", str(tmp_path / "star3.json"), "--algo", "ina,ring",
+                   "--sizes", "16K,32K", "--repeat", "2", "--bw", "auto", timeout=150)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    auto = summary["bw_auto"]
+    caps = {c["algo"]: c["mbit"] for c in auto["capacities"]}
+    assert sorted(caps) == ["ina", "ring"] and auto["probe_size"] == 32 << 10
+    assert summary["bw_mbit"] == auto["chosen_mbit"] == two_digits_down(0.5 * min(caps.values()))
+    assert f"--bw auto: {auto['reason']}" in proc.stdout
+    assert f"links set to {summary['bw_mbit']:g} Mbit/s, 50% of it" in auto["reason"]
+    rows = summary["rows"]
+    assert [(r["algo"], r["size"], r["repeat"]) for r in rows] == [
+        (a, n, k) for n in (16 << 10, 32 << 10) for k in (1, 2) for a in ("ina", "ring")
+    ]
+    for r in rows:
+        assert r["verified"] and r["floor_seconds"] > 0
+        assert r["emulator_bound"] == (r["bound_by"] == "emulator") and r["bound_reason"]
+        acct = r["accounting"]
+        assert {p["name"] for p in acct["usage"]["processes"]} == {"cmp2", "h1", "h2", "h3"}
+        assert 0 <= acct["usage"]["machine_busy"] <= 1
+        assert set(acct["port_drops"]) == {"cmp2"}
+        assert {x["mbit"] for x in acct["links"]} == {summary["bw_mbit"]}
+    assert [(p["algo"], p["runs"], len(p["seconds"])) for p in summary["points"]] == [
+        ("ina", 2, 2), ("ring", 2, 2), ("ina", 2, 2), ("ring", 2, 2)
+    ]  # fmt: skip
+    assert "min-max s" in proc.stdout and (run / "completion.png").stat().st_size > 5000
+    assert_removed(run)
+    assert_removed(run / "probe")
