@@ -7,15 +7,25 @@ path works:
 - **CPU per process** (`CpuMeter`): the CPU time (user + system, every thread) of each switch
   process (softswitch or simple_switch) and each worker process, read from
   `/proc/<pid>/stat` every `SAMPLE_EVERY` seconds (and per thread from
-  `/proc/<pid>/task/*/stat`) while the run goes on, and once more when a worker has exited,
-  before it is reaped (a zombie keeps its CPU times). Over the run's completion window the
-  CPU seconds become a share of one core (`busy`: 1.0 = one core all the time);
+  `/proc/<pid>/task/*/stat` and `schedstat`: its time on a core and its time runnable but
+  waiting for one) while the run goes on, and once more when a worker has exited, before it
+  is reaped (a zombie keeps its CPU times). Over the run's completion window the CPU seconds
+  become a share of one core (`busy`: 1.0 = one core all the time), the threads' waiting a
+  share too (`waiting`), and the most a thread ran or waited to run its `demand`: a process
+  that the machine starved shows a low `busy` but a full `demand`;
 - **the machine**: the share of all its cores busy over that window (`/proc/stat`: every
   process, this run's or anybody's, and the kernel's softirq work that forwards and shapes
   the links), and the cores this run's processes used together;
 - **drops outside the pipeline**: the softswitch prints its port drops (frames that found no
   room at a port, frames from a foreign sender) on stderr as they grow (`port_drops` reads
-  them from its log); bmv2's are not measured;
+  them from its log); bmv2's are not measured. A frame finds no room at a port when the queue
+  in front of the port's link is full: on a shaped Mininet link the link drains slower than
+  the switch sends, frames wait in its tc qdisc, charged to the port's socket, until that
+  socket's send buffer or the qdisc (`root_qdisc_drops`, from `tc -s qdisc`) is full. That is
+  a congested link's egress buffer overflowing, the modelled network, so a switch whose links
+  are all shaped has its `tx_dropped` counted as the links' (`link_queue_drops`); on an
+  unshaped link or a loopback wire the queue is the receiving process's, and a full one is the
+  emulator's (`emulator_drops`: what is left);
 - **link utilisation** (`link_loads`): each link direction's bytes over the completion time,
   against its shaped rate.
 
@@ -28,8 +38,9 @@ completion time. A run is
   `LINK_SLACK` = 1.5x the floor): the links were busy most of the time;
 - `emulator`-bound when its links were unshaped (nothing but the emulator can bound it), or
   when the load is lower and something of the emulator was saturated: a tracked process at
-  `CPU_BUSY` (90 %) of a core or more, the machine's cores `MACHINE_BUSY` (90 %) busy or
-  more, or frames dropped at a switch's ports outside the pipeline;
+  `CPU_BUSY` (90 %) of a core or more, or with a thread that ran or waited to run that much of
+  the time (`demand`), the machine's cores `MACHINE_BUSY` (90 %) busy or more, or frames
+  dropped at a switch's ports outside the pipeline (`emulator_drops`);
 - `unclear` when the load is lower and nothing was saturated (waiting: steps, latency, loss
   recovery); not marked emulator-bound, but the reason says so.
 
@@ -65,9 +76,10 @@ SAMPLE_EVERY = 0.05  # seconds between CPU samples
 RULE = (
     "links: the busiest link's bytes at its rate (the link floor) take at least "
     f"1/{LINK_SLACK:g} of the completion time; emulator: links unshaped, or less than that "
-    f"while a switch or worker process used {CPU_BUSY:.0%} of a core or more, the machine's "
-    f"cores were {MACHINE_BUSY:.0%} busy or more, or a switch dropped frames at its ports "
-    "outside the pipeline; unclear: less than that and nothing saturated"
+    f"while a switch or worker process used {CPU_BUSY:.0%} of a core or more (or a thread of "
+    f"it ran or waited to run {CPU_BUSY:.0%} of the time or more), the machine's cores were "
+    f"{MACHINE_BUSY:.0%} busy or more, or a switch dropped frames at its ports outside the "
+    "pipeline (not in front of a shaped link); unclear: less than that and nothing saturated"
 )
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -90,15 +102,30 @@ def _stat_fields(path: str) -> list[str]:
         return f.read().rsplit(")", 1)[1].split()
 
 
-def read_process(pid: int) -> tuple[int, float, dict[int, float]] | None:
-    """(start time in ticks since boot, CPU seconds of the process, CPU seconds of each live
-    thread) of `pid`, or None if it is gone. A zombie still reports its CPU."""
+Thread = tuple[float, float, float]  # CPU seconds (ticks), on a CPU (ns), runnable waiting (ns)
+
+
+def _schedstat(path: str) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a task (nanoseconds in
+    `/proc/.../schedstat`; (0, 0) where the kernel keeps no scheduler statistics)."""
+    try:
+        with open(path) as f:
+            run, wait = f.read().split()[:2]
+        return int(run) / 1e9, int(wait) / 1e9
+    except (OSError, ValueError):
+        return 0.0, 0.0
+
+
+def read_process(pid: int) -> tuple[int, float, dict[int, Thread]] | None:
+    """(start time in ticks since boot, CPU seconds of the process, per live thread its CPU
+    seconds and its seconds on a CPU and waiting for one) of `pid`, or None if it is gone. A
+    zombie still reports its CPU."""
     try:
         f = _stat_fields(f"/proc/{pid}/stat")
         start, total = int(f[19]), (int(f[11]) + int(f[12])) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
-    threads: dict[int, float] = {}
+    threads: dict[int, Thread] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -106,9 +133,10 @@ def read_process(pid: int) -> tuple[int, float, dict[int, float]] | None:
     for tid in tids:
         try:
             t = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
-            threads[int(tid)] = (int(t[11]) + int(t[12])) / CLK_TCK
+            cpu = (int(t[11]) + int(t[12])) / CLK_TCK
         except (OSError, IndexError, ValueError):
             continue
+        threads[int(tid)] = (cpu, *_schedstat(f"/proc/{pid}/task/{tid}/schedstat"))
     return start, total, threads
 
 
@@ -136,13 +164,18 @@ class ProcessUse:
     cpu_seconds: float
     busy: float  # CPU seconds / window seconds: 1.0 = one core all the time
     busiest_thread: float  # the same for its busiest thread
+    waiting: float = 0.0  # its threads' time runnable but without a core / window seconds
+    demand: float = 0.0  # the most any thread was on a core or waiting for one / window
 
     @property
     def saturated(self) -> bool:
-        return self.busy >= CPU_BUSY
+        """It used a core, or one of its threads wanted one (ran or waited to run), at least
+        CPU_BUSY of the time."""
+        return self.busy >= CPU_BUSY or self.demand >= CPU_BUSY
 
     def text(self) -> str:
-        return f"{self.name} ({self.kind}) {self.busy:.0%} of a core"
+        more = f" and waited {self.waiting:.0%} more for one" if self.waiting >= 0.05 else ""
+        return f"{self.name} ({self.kind}) {self.busy:.0%} of a core{more}"
 
 
 @dataclass
@@ -177,13 +210,17 @@ def _interpolate(series: Sequence[tuple[float, float]], t: float) -> float:
     return series[-1][1]
 
 
+def _delta(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
+    return _interpolate(series, t1) - _interpolate(series, t0)
+
+
 @dataclass
 class _Tracked:
     name: str
     kind: str
     start: int  # the process's start time: a reused pid is not this process
     total: list[tuple[float, float]] = field(default_factory=list)
-    threads: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    threads: dict[int, list[tuple[float, Thread]]] = field(default_factory=dict)
     done: bool = False  # reaped: its pid may be another process's now
 
 
@@ -229,8 +266,8 @@ class CpuMeter:
                 if got is None or got[0] != tracked.start:
                     continue
                 tracked.total.append((now, got[1]))
-                for tid, cpu in got[2].items():
-                    tracked.threads.setdefault(tid, []).append((now, cpu))
+                for tid, sample in got[2].items():
+                    tracked.threads.setdefault(tid, []).append((now, sample))
         busy, total = read_machine()
         with self._lock:
             self._machine.append((now, busy, total))
@@ -264,10 +301,18 @@ class CpuMeter:
             if not x.total:
                 continue
             cpu = _interpolate(x.total, t1) - _interpolate(x.total, t0)
-            threads = [_interpolate(s, t1) - _interpolate(s, t0) for s in x.threads.values() if s]
+            ticks, waits, demands = [], [], []
+            for series in x.threads.values():
+                d = [_delta([(t, v[i]) for t, v in series], t0, t1) for i in range(3)]
+                ticks.append(d[0])
+                waits.append(d[2])
+                demands.append(d[1] + d[2])
             # the kernel counts in ticks (10 ms): a thread's count may round above its process's
-            thread = min(max(threads, default=0.0), cpu)
-            out.append(ProcessUse(x.name, x.kind, pid, cpu, cpu / window, thread / window))
+            thread = min(max(ticks, default=0.0), cpu)
+            demand = max(max(demands, default=0.0), thread) / window
+            use = ProcessUse(x.name, x.kind, pid, cpu, cpu / window, thread / window)
+            use.waiting, use.demand = sum(waits) / window, demand
+            out.append(use)
         machine_busy = None
         if len(machine) >= 2:
             busy = _interpolate([(t, b) for t, b, _ in machine], t1)
@@ -331,6 +376,50 @@ def read_port_drops(path: Path) -> dict[str, int]:
         return port_drops(path.read_text(errors="replace"))
     except OSError:
         return {}
+
+
+# `tc -s qdisc show`: "qdisc htb 5: dev s1-eth1 root refcnt 3 ...\n Sent 5560464 bytes 17822 pkt
+# (dropped 3, overlimits ...)"; a root qdisc counts what its classes' queues dropped too
+_ROOT_QDISC = re.compile(
+    r"^qdisc \S+ \S+ dev (\S+) root\b[^\n]*\n\s*Sent \d+ bytes \d+ pkt \(dropped (\d+)",
+    re.MULTILINE,
+)
+
+
+def root_qdisc_drops(tc_output: str) -> dict[str, int]:
+    """Frames each interface's root qdisc (its queue) dropped, from `tc -s qdisc show`."""
+    return {dev: int(n) for dev, n in _ROOT_QDISC.findall(tc_output)}
+
+
+def link_queue_drops(
+    port: Mapping[str, Mapping[str, int]] | None,
+    qdisc: Mapping[str, int],
+    shaped: Iterable[str],
+) -> dict[str, int]:
+    """Per switch, the frames a queue in front of a shaped link dropped during a run: all its
+    `tx_dropped` (`port`) if every link of the switch is shaped (`shaped`), else what its
+    interfaces' qdiscs dropped (`qdisc`)."""
+    shaped = set(shaped)
+    out = dict(qdisc)
+    for sw, counts in (port or {}).items():
+        if sw in shaped:
+            out[sw] = max(counts.get("tx_dropped", 0), qdisc.get(sw, 0))
+    return out
+
+
+def emulator_drops(
+    port: Mapping[str, Mapping[str, int]], queues: Mapping[str, int]
+) -> dict[str, dict[str, int]]:
+    """Per switch, its port drops (`port_drops`, during a run) less what its interfaces'
+    queues dropped (`queues`, per switch, during the run: the shaped links' own buffers, the
+    modelled network's drops): what the emulator dropped."""
+    out: dict[str, dict[str, int]] = {}
+    for sw, counts in port.items():
+        mine = dict(counts)
+        if "tx_dropped" in mine:
+            mine["tx_dropped"] = max(0, mine["tx_dropped"] - queues.get(sw, 0))
+        out[sw] = mine
+    return out
 
 
 def drops_delta(
@@ -417,10 +506,13 @@ def classify(
     drops: Mapping[str, Mapping[str, int]] | None = None,
     *,
     shaped: bool = True,
+    queued: int = 0,
 ) -> Bound:
     """The rule of the module's docstring. `floor`: the busiest link direction (`link_floor`;
     None with `shaped` False: the links had no rate); `usage`: the CPU over the completion
-    window (None: not measured); `drops`: per switch, its port drops during the run."""
+    window (None: not measured); `drops`: per switch, the emulator's port drops during the
+    run (`emulator_drops`); `queued`: frames the shaped links' queues dropped (congestion,
+    the modelled network's: named in the reason, never blamed on the emulator)."""
     if not math.isfinite(seconds) or seconds <= 0:
         return Bound("unknown", "no completion time")
     busiest = usage.busiest() if usage is not None else None
@@ -452,17 +544,18 @@ def classify(
         f"busiest link {floor.link} {load:.0%} of its rate (completion "
         f"{seconds / floor.seconds_needed:.2f}x its floor {floor.seconds_needed:.3g} s)"
     )
+    congested = f"; the links' queues dropped {queued:,} frames (congestion)" if queued else ""
     if load >= 1 / LINK_SLACK:
         also = f"; also {', '.join(causes)}" if causes else ""
-        return Bound("links", link + also)
+        return Bound("links", link + congested + also)
     if causes:
-        return Bound("emulator", "; ".join(causes) + f"; {link}")
+        return Bound("emulator", "; ".join(causes) + f"; {link}{congested}")
     what = busiest.text() if busiest else "CPU not measured"
     return Bound(
         "unclear",
-        f"{link}; nothing saturated (busiest process {what}"
+        f"{link}{congested}; nothing of the emulator saturated (busiest process {what}"
         + (f", {machine}" if machine else "")
-        + ", no port drops): waiting (steps, latency, loss recovery)",
+        + ", no drops outside the pipeline): waiting (steps, latency, loss recovery)",
     )
 
 

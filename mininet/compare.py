@@ -45,6 +45,7 @@ from inaemu.mininet.accounting import (
     LinkLoad,
     Usage,
     classify,
+    emulator_drops,
     link_floor,
     link_loads,
 )
@@ -255,11 +256,13 @@ def make_row(
     facts: Mapping[str, str] | None = None,
     usage: Usage | None = None,
     drops: Mapping[str, Mapping[str, int]] | None = None,
+    queue_drops: Mapping[str, int] | None = None,
     repeat: int = 1,
 ) -> Row:
     """The row of a run: `problems` (failed workers, a dead switch) and the verdict's; with
-    `usage` (CPU over the completion window) and `drops` (per switch, its port drops during
-    the run), what bounded it (`accounting.classify`)."""
+    `usage` (CPU over the completion window), `drops` (per switch, its port drops during the
+    run) and `queue_drops` (per switch, what its interfaces' queues dropped: the shaped links'
+    buffers, taken off the port drops), what bounded it (`accounting.classify`)."""
     sent = host_bytes_sent(uses, hosts)
     per_link = [u.a_to_b + u.b_to_a for u in uses]
     name, carried, bw = busiest(uses, bandwidths)
@@ -268,7 +271,9 @@ def make_row(
         share = carried / (bw * 1e6 / 8 * seconds)
     loads = link_loads(directions(uses, bandwidths), seconds)
     floor = link_floor(loads)
-    bound = classify(seconds, floor, usage, drops, shaped=floor is not None)
+    lost = None if drops is None else emulator_drops(drops, queue_drops or {})
+    queued = sum((queue_drops or {}).values())
+    bound = classify(seconds, floor, usage, lost, shaped=floor is not None, queued=queued)
     all_problems = [*problems, *verdict.problems]
     return Row(
         algo=algo,
@@ -292,7 +297,7 @@ def make_row(
         bound_by=bound.by,
         emulator_bound=bound.emulator,
         bound_reason=bound.reason,
-        accounting=accounting_json(usage, drops, loads),
+        accounting=accounting_json(usage, drops, loads, queue_drops),
     )
 
 
@@ -300,11 +305,13 @@ def accounting_json(
     usage: Usage | None,
     drops: Mapping[str, Mapping[str, int]] | None,
     loads: Sequence[LinkLoad],
+    queue_drops: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """A row's `accounting`: what the bound was judged from."""
     return {
         "usage": None if usage is None else usage.to_json(),
         "port_drops": None if drops is None else {k: dict(v) for k, v in drops.items()},
+        "link_queue_drops": None if queue_drops is None else dict(queue_drops),
         "links": [asdict(x) for x in loads],
     }
 
@@ -497,7 +504,7 @@ def bound_notes(rows: Sequence[Row]) -> list[str]:
         r = median_row([x for x in g if x.emulator_bound] if marked else g)
         if not marked and r.bound_by == "links":
             continue
-        runs = f" ({marked} of {len(g)} runs)" if len(g) > 1 else ""
+        runs = f" ({marked} of {len(g)} runs)" if marked and len(g) > 1 else ""
         what = "emulator-bound" if marked else f"{r.bound_by}"
         out.append(f"  {r.algo} x {size_label(r.size)}: {what}{runs}: {r.bound_reason}")
     return out

@@ -72,6 +72,7 @@ from inaemu.mininet.accounting import (
     choose_bw,
     drops_delta,
     exited,
+    link_queue_drops,
     read_port_drops,
     wait_exited,
 )
@@ -492,6 +493,7 @@ class AlgoRun:
     crashed: list[str]  # switches that died, a failed stats read or clean-up
     usage: Usage | None = None  # CPU of the switches, workers and machine over the completion
     drops: dict[str, dict[str, int]] | None = None  # per softswitch, its port drops in the run
+    queue_drops: dict[str, int] | None = None  # per switch, its interfaces' queues' drops in it
     repeat: int = 1  # which run of this algorithm and size
 
 
@@ -512,7 +514,7 @@ def run_algorithm(
     the machine over the completion window (`accounting`), then its clean-up."""
     if facts is None:
         facts = algo.prepare(sc, spec)
-    drops0 = switch_drops(sc)
+    drops0, queues0 = switch_drops(sc), sc.queue_drops()
     before = sc.link_counters()
     started, started_at = time.monotonic(), time.time()
     with CpuMeter() as meter:
@@ -545,7 +547,11 @@ def run_algorithm(
     if drops0 is not None:
         time.sleep(max(0.0, DROPS_REPORTED_WITHIN - (time.time() - ended_at)))
         drops = drops_delta(drops0, switch_drops(sc) or {})
-    return AlgoRun(algo, spec, facts, outcomes, results, links, stats, wall, crashed, usage, drops)
+    qdisc = {sw: n - queues0.get(sw, 0) for sw, n in sc.queue_drops().items()}
+    queues = link_queue_drops(drops, qdisc, sc.shaped_switches())
+    return AlgoRun(
+        algo, spec, facts, outcomes, results, links, stats, wall, crashed, usage, drops, queues
+    )
 
 
 def switch_drops(sc: Scenario) -> dict[str, dict[str, int]] | None:
@@ -626,6 +632,7 @@ def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row,
         facts=run.facts,
         usage=run.usage,
         drops=run.drops,
+        queue_drops=run.queue_drops,
         repeat=run.repeat,
     )
     return row, verdict, how

@@ -619,6 +619,29 @@ class Scenario:
             uses.append(use)
         return uses
 
+    def shaped_switches(self) -> set[str]:
+        """The switches all of whose links are shaped (a bandwidth, `link_shaping`)."""
+        shaping = link_shaping(self.topology, self.options.bw, self.options.node_ports)
+        out = set(self.topology.switches)
+        for lk, params in zip(self.topology.links, shaping, strict=True):
+            if not params.get("bw"):
+                out -= {lk.a, lk.b}
+        return out
+
+    def queue_drops(self) -> dict[str, int]:
+        """Per switch, the frames its interfaces' queues (tc's root qdiscs: a shaped link's
+        buffer) dropped so far (`accounting.root_qdisc_drops`)."""
+        from inaemu.mininet.accounting import root_qdisc_drops
+
+        if shutil.which("tc") is None:
+            return {}
+        out = subprocess.run(["tc", "-s", "qdisc", "show"], capture_output=True, text=True)
+        drops = root_qdisc_drops(out.stdout)
+        return {
+            sw: sum(drops.get(interface_name(sw, p), 0) for p in switch_ports(self.topology, sw))
+            for sw in self.topology.switches
+        }
+
 
 def link_delta(before: list[LinkUse], after: list[LinkUse]) -> list[LinkUse]:
     return [

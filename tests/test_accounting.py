@@ -26,9 +26,12 @@ from inaemu.mininet.accounting import (
     choose_bw,
     classify,
     drops_delta,
+    emulator_drops,
     link_floor,
     link_loads,
+    link_queue_drops,
     port_drops,
+    root_qdisc_drops,
     two_digits_down,
     wait_exited,
 )
@@ -62,6 +65,17 @@ def test_a_saturated_switch_process_while_the_links_idle_is_the_emulator() -> No
     assert b.reason.startswith("s1 (softswitch) 97% of a core")
     assert "busiest link h1 -> s1:1 33% of its rate (completion 3.00x its floor 1 s)" in b.reason
     assert "h1" not in b.reason.split(";")[0]  # only the saturated process is blamed
+
+
+def test_a_process_starved_of_a_core_is_saturated_too() -> None:
+    """60 % of a core, and a thread that waited the other 35 % for one: it wanted a core the
+    whole time (the machine starved it)."""
+    starved = ProcessUse("s1", "softswitch", 1, 0.6, 0.6, 0.6, waiting=0.35, demand=0.95)
+    b = classify(3.0, floor(1.0), Usage(1.0, 2, 0.8, [starved]))
+    assert b.emulator
+    assert b.reason.startswith("s1 (softswitch) 60% of a core and waited 35% more for one")
+    idle = ProcessUse("s1", "softswitch", 1, 0.6, 0.6, 0.6, waiting=0.1, demand=0.7)
+    assert classify(3.0, floor(1.0), Usage(1.0, 2, 0.8, [idle])).by == "unclear"
 
 
 def test_a_saturated_worker_or_a_full_machine_is_the_emulator_too() -> None:
@@ -145,6 +159,35 @@ def test_the_meter_sees_what_a_process_says_it_used_even_after_it_exits() -> Non
     assert whole.cores == acc.cores() >= 1
 
 
+def test_two_processes_sharing_one_core_each_want_all_of_it() -> None:
+    """Two busy loops pinned to one core each get about half of it and wait the rest: each
+    is saturated (it ran or waited to run all the time), though neither used 90 % of a core,
+    and the rule blames the emulator for a run they bound."""
+    code = "import time\nt = time.time()\nwhile time.time() - t < 0.8: pass\n"
+    core = min(os.sched_getaffinity(0))
+    with CpuMeter(every=0.02) as meter:
+        procs = []
+        for _ in range(2):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", code],
+                preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+            ))  # fmt: skip
+            meter.track(procs[-1].pid, f"burner{len(procs)}", "worker")
+        time.sleep(0.3)  # past the interpreter's start-up
+        t0 = time.time()
+        time.sleep(0.4)
+        t1 = time.time()
+        for proc in procs:
+            assert proc.wait(30) == 0
+    use = meter.usage(t0, t1)
+    assert len(use.processes) == 2
+    for p in use.processes:
+        assert p.busy < 0.8 and p.waiting > 0.2 and p.demand > 0.9 and p.saturated, p
+    assert sum(p.busy for p in use.processes) <= 1.1  # one core between them
+    b = classify(3.0, floor(1.0), use)
+    assert b.emulator and "waited" in b.reason
+
+
 def test_a_reused_pid_is_not_read_as_the_tracked_process() -> None:
     meter = CpuMeter()
     meter.track(os.getpid(), "me", "worker")
@@ -173,6 +216,41 @@ def test_the_softswitch_drop_line_is_read_back() -> None:
         "s1": {"tx_dropped": 4, "rx_foreign": 2},
         "s2": {"tx_dropped": 1},
     }
+
+
+TC = """qdisc noqueue 0: dev lo root refcnt 2
+ Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0)
+ backlog 0b 0p requeues 0
+qdisc htb 5: dev s1-eth1 root refcnt 3 r2q 10 default 0x1 direct_packets_stat 0 direct_qlen 1000
+ Sent 5560464 bytes 17822 pkt (dropped 7, overlimits 17742 requeues 0)
+ backlog 0b 0p requeues 0
+qdisc pfifo 8001: dev s1-eth1 parent 5:1 limit 1000p
+ Sent 5560464 bytes 17822 pkt (dropped 7, overlimits 0 requeues 0)
+qdisc htb 5: dev s1-eth2 root refcnt 3 r2q 10 default 0x1 direct_packets_stat 0 direct_qlen 1000
+ Sent 10 bytes 1 pkt (dropped 0, overlimits 0 requeues 0)
+"""
+
+
+def test_drops_in_front_of_a_shaped_link_are_the_links_not_the_emulators() -> None:
+    """tc's root qdiscs (a child's drops are its root's too, counted once); a switch whose
+    links are all shaped: its tx_dropped are its congested links' queue overflowing; a switch
+    on an unshaped link or a wire: only what a qdisc dropped is the link's, the rest the
+    emulator's."""
+    assert root_qdisc_drops(TC) == {"lo": 0, "s1-eth1": 7, "s1-eth2": 0}
+    port = {"s1": {"tx_dropped": 103, "rx_foreign": 0}, "s2": {"tx_dropped": 9}}
+    queued = link_queue_drops(port, {"s1": 7, "s2": 2}, shaped={"s1"})
+    assert queued == {"s1": 103, "s2": 2}
+    assert emulator_drops(port, queued) == {
+        "s1": {"tx_dropped": 0, "rx_foreign": 0},
+        "s2": {"tx_dropped": 7},
+    }
+    b = classify(2.0, floor(1.0), usage(s1=0.2), emulator_drops(port, queued), queued=105)
+    assert (
+        b.emulator and "dropped at switch ports outside the pipeline: s2 tx_dropped 7" in b.reason
+    )
+    assert "the links' queues dropped 105 frames (congestion)" in b.reason
+    only_queues = classify(2.0, floor(1.0), usage(s1=0.2), {"s1": {"tx_dropped": 0}}, queued=3)
+    assert only_queues.by == "unclear" and "queues dropped 3 frames" in only_queues.reason
 
 
 # ---------------------------------------------------------------------- --bw auto
