@@ -134,7 +134,7 @@ def algo_names(text: str) -> list[str]:
     return names
 
 
-AUTO = "auto"  # --bw auto: chosen from an unshaped run of every algorithm (`auto_bw`)
+AUTO = "auto"  # --bw auto: chosen from an unshaped run of every algorithm (`probe_bw`)
 
 
 def _bw(text: str) -> float | str:
@@ -1076,8 +1076,7 @@ def report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, sa
             f"link floor: {row.floor_seconds:.3f} s (the busiest link's bytes at its rate; "
             f"completion {row.seconds / row.floor_seconds:.2f}x)"
         )
-    mark = " (emulator-bound)" if row.emulator_bound else ""
-    say(f"bound by {row.bound_by}{mark}: {row.bound_reason}")
+    say(f"bound by {row.bound_by}: {row.bound_reason}")
     if row.problems:
         say(f"FAILED: {len(row.problems)} problem(s):")
         for p in row.problems:
