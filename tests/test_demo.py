@@ -292,12 +292,12 @@ def test_compare_refuses_an_unknown_algorithm() -> None:
     assert "--algo 'ring,nope': use a comma-separated list of ina, ring" in proc.stderr
 
 
-def test_compare_names_the_peer_that_was_late() -> None:
+def test_compare_names_the_peer_that_was_late(tmp_path: Path) -> None:
     """A wait too short for a host collective's message: one line naming the rank and the
     peer it waited for, no traceback, everything stopped."""
     proc = run(
         "demo", "--algo", "ring", "--workers", "3", "--size", "400000", "--timeout", "0.001",
-        "--no-progress",
+        "--no-progress", "--run-dir", str(tmp_path),
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
