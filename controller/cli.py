@@ -3,7 +3,7 @@
     inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
     inaemu demo --topo leaf-spine:2x2x2 --algo all      # INA vs host collectives, one table
     inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]  (python -m inaemu.softswitch)
-    inaemu conformance [--target softswitch|bmv2|all] [--cases DIR] [-k NAME]
+    inaemu conformance [--target softswitch[:fast|:reference]|bmv2|all] [--cases DIR] [-k NAME]
     inaemu mininet --topo star:4|leaf-spine:2x2x2 [--switch softswitch|bmv2] [--algo ina] ...
     inaemu topo star|leaf-spine|fat-tree|bigraph|torus|mesh ... [--program F] -o topology.json
     inaemu topo leaf-spine:2x2x4|bigraph:4x4|fat-tree:4|torus:4x4|mesh:3x3|star:4 -o t.json
@@ -72,6 +72,7 @@ from inaemu.controller.topology import (
     torus,
 )
 from inaemu.p4.constants import INA_SLOTS
+from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 
 
 def _ports(text: str) -> list[int]:
@@ -437,6 +438,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             trees=args.trees,
             algos=parse_algos(args.algo) if args.algo else (),
             mtu=args.mtu,
+            dataplane=args.dataplane,
         )
     )
 
@@ -496,6 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1500,
         help="with --algo: IPv4 packet bytes of the host collectives' frames (default 1500)",
+    )
+    d.add_argument(
+        "--dataplane",
+        choices=DATAPLANES,
+        default=DEFAULT_DATAPLANE,
+        help="the softswitches' data plane: fast (compiled) or reference (Python); "
+        "default %(default)s",
     )
     d.set_defaults(func=cmd_demo)
 

@@ -44,6 +44,7 @@ class DemoOptions:
     trees: int = 0  # aggregation trees with a topology (0: one per root candidate)
     algos: tuple[str, ...] = ()  # the comparison (controller/compare.py): ina and schedules
     mtu: int = 1500  # the comparison: IPv4 packet bytes of the host collectives' frames
+    dataplane: str = "fast"  # the softswitches' --dataplane: fast (compiled) or reference
 
 
 @dataclass(frozen=True)
