@@ -2,11 +2,18 @@
 
     python bench/bench_softswitch.py [--chunks N] [--workers 4 8] [--repeat R]
 
-1. in-process: frames of n workers pushed straight into Pipeline.process(), round robin per
-   chunk, SUM; reports packets/s into the switch and aggregated elements/s (packets x K);
-2. loopback wires: a SoftSwitch thread with loopback wires (AF_UNIX datagrams in a private
-   wire dir) and n worker processes running the real INA client (window 64); reports the
-   same from the switch's counters and the wall time of the whole allreduce.
+1. in-process, both data planes side by side: the same frames of n workers (round robin per
+   chunk, SUM) handed to `process_batch` in batches of BATCH_FRAMES, first by the reference
+   pipeline (softswitch/pipeline.py, frame by frame in Python), then by the fast one
+   (softswitch/fast/, compiled; warmed up before the clock starts); reports packets/s into
+   the switch, aggregated elements/s (packets x K) and the ratio fast / reference, measured
+   in this run. Both run one thread on one core: the ratio is what the compiled path buys
+   on this machine, whatever else is running (the two measurements alternate).
+2. loopback wires, each data plane: a SoftSwitch thread with loopback wires (AF_UNIX
+   datagrams in a private wire dir) and n worker processes running the real INA client
+   (window 64); reports the same from the switch's counters and the wall time of the whole
+   allreduce. With the fast data plane the ports, the workers and the client bound the rate,
+   not the pipeline.
 
 Numbers depend on the machine; the run prints its own configuration. Seeds are fixed.
 """
@@ -35,7 +42,8 @@ from inaemu.hostlib.wire import (
     slot_field,
 )
 from inaemu.p4.constants import DropReason, Event
-from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.batch import BATCH_FRAMES, FrameBatch
+from inaemu.softswitch.fast.dataplanes import make_pipeline, warm_up
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.switch import SoftSwitch
 
@@ -46,9 +54,9 @@ def star(n: int) -> list[Worker]:
     return [Worker(p, f"02:00:00:00:00:{p:02x}", f"10.0.0.{p}") for p in range(1, n + 1)]
 
 
-def bench_in_process(n: int, chunks: int) -> tuple[float, float]:
-    pipe = Pipeline()
-    apply_to_pipeline(pipe, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
+def traffic(n: int, chunks: int) -> list[FrameBatch]:
+    """n workers' frames for `chunks` chunks, in batches of BATCH_FRAMES as a port hands them
+    over; every chunk completes (and is multicast to n ports)."""
     rng = np.random.default_rng(0)
     switch = Endpoint("02:00:00:00:00:fe", "10.0.0.254")
     ids = np.arange(chunks)
@@ -66,16 +74,23 @@ def bench_in_process(n: int, chunks: int) -> tuple[float, float]:
             ),
         )
         frames.append([r.tobytes() for r in rec])
-    process = pipe.process
+    arrivals = [(j + 1, frames[j][i]) for i in range(chunks) for j in range(n)]
+    return [
+        FrameBatch.of(arrivals[k : k + BATCH_FRAMES]) for k in range(0, len(arrivals), BATCH_FRAMES)
+    ]
+
+
+def bench_in_process(dataplane: str, n: int, batches: list[FrameBatch]) -> float:
+    """Packets/s of `dataplane` over `batches`, on a fresh switch with the job installed."""
+    pipe = make_pipeline(dataplane)
+    apply_to_pipeline(pipe, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
+    packets = sum(b.n for b in batches)
     start = time.perf_counter()
-    emitted = 0
-    for i in range(chunks):
-        for j in range(n):
-            emitted += len(process(j + 1, frames[j][i]))
+    emitted = sum(pipe.process_batch(b).n for b in batches)
     elapsed = time.perf_counter() - start
-    assert emitted == chunks * n, "every chunk completed and was multicast"
-    pps = chunks * n / elapsed
-    return pps, pps * K
+    assert emitted == packets, "every chunk completed and was multicast"
+    assert pipe.ina_events.packets[Event.COMPLETE_ROOT] * n == packets
+    return packets / elapsed
 
 
 def _worker(
@@ -95,8 +110,8 @@ def _worker(
     q.put((time.perf_counter() - start, client.stats.retransmissions))
 
 
-def bench_loopback(n: int, chunks: int) -> tuple[float, float, float, int, int]:
-    sw = SoftSwitch()
+def bench_loopback(dataplane: str, n: int, chunks: int) -> tuple[float, float, float, int, int]:
+    sw = SoftSwitch(make_pipeline(dataplane))
     apply_to_pipeline(sw.pipeline, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
     sw.add_loopback_wires(range(1, n + 1))
     sw.start()
@@ -139,19 +154,27 @@ def main() -> None:
     args = ap.parse_args()
     print(
         f"# softswitch benchmark: K={K}, window={WINDOW}, chunks/worker={args.chunks}, "
-        f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} cpus"
+        f"batches of {BATCH_FRAMES} frames, python {platform.python_version()}, "
+        f"numpy {np.__version__}, {os.cpu_count()} cpus; {warm_up('fast')}"
     )
     print(f"{'mode':<12} {'workers':>7} {'packets/s':>12} {'elements/s':>12} {'notes'}")
     for n in args.workers:
-        best = max(bench_in_process(n, args.chunks) for _ in range(args.repeat))
-        print(f"{'in-process':<12} {n:>7} {best[0]:>12,.0f} {best[1]:>12,.0f}")
+        batches = traffic(n, args.chunks)
+        best = {plane: 0.0 for plane in ("reference", "fast")}
+        for _ in range(args.repeat):  # alternating, so that both see the same machine
+            for plane in best:
+                best[plane] = max(best[plane], bench_in_process(plane, n, batches))
+        for plane, pps in best.items():
+            note = "" if plane == "reference" else f"{pps / best['reference']:.1f}x the reference"
+            print(f"{'in-process':<12} {n:>7} {pps:>12,.0f} {pps * K:>12,.0f} {plane} {note}")
     if not args.skip_loopback:
         for n in args.workers:
-            pps, eps, wall, retx, dups = bench_loopback(n, args.chunks)
-            print(
-                f"{'loopback':<12} {n:>7} {pps:>12,.0f} {eps:>12,.0f} "
-                f"wall {wall:.2f}s, {retx} retransmissions ({dups} were spurious)"
-            )
+            for plane in ("reference", "fast"):
+                pps, eps, wall, retx, dups = bench_loopback(plane, n, args.chunks)
+                print(
+                    f"{'loopback':<12} {n:>7} {pps:>12,.0f} {eps:>12,.0f} {plane}: "
+                    f"wall {wall:.2f}s, {retx} retransmissions ({dups} were spurious)"
+                )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,12 @@ from inaemu.conformance.nanomsg import library
 from inaemu.conformance.network import NETWORK_SUFFIX, NetworkCase, load_network, run_network
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import CaseResult, StfCase, StfError, load_stf, run_case
-from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE, make_pipeline
+from inaemu.softswitch.fast.dataplanes import (
+    DATAPLANES,
+    DEFAULT_DATAPLANE,
+    make_pipeline,
+    warm_up,
+)
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 SOFTSWITCH_TARGETS = tuple(f"softswitch:{plane}" for plane in DATAPLANES)
@@ -105,7 +110,7 @@ def run_softswitch(case: AnyCase, dataplane: str = DEFAULT_DATAPLANE) -> CaseRes
 def _runner(target: str, json_path: Path | None) -> Callable[[AnyCase], CaseResult]:
     if target in SOFTSWITCH_TARGETS:
         dataplane = target.partition(":")[2]
-        make_pipeline(dataplane)  # the fast one compiles (or loads) here, not in the first case
+        warm_up(dataplane)  # the fast one compiles (or loads) here, not in the first case
         return partial(run_softswitch, dataplane=dataplane)
     missing = bmv2_available()
     if missing is not None:

@@ -246,14 +246,34 @@ class FastPipeline(Pipeline):
         self._touched = np.zeros((1, 3), np.int64)
         self._child_entries: dict[int, TableEntry] = {}
         self._no_draws = np.zeros(1, np.int64)
+        self._one = _empty_batch(1, MAX_FRAME)  # process(): one frame in, its copies out
+        self._one.offset[0] = 0
+        self._one.n = 1
+        self._one_out = _empty_batch(8, 8 * MAX_FRAME)
 
     # ------------------------------------------------------------------ packets
 
     def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
-        return list(self.process_batch(FrameBatch.of([(ingress_port, frame)])))
+        """One frame: a batch of one, through arrays kept for the purpose (what it emits is
+        copied out as bytes before the next call)."""
+        size = len(frame)
+        one = self._one
+        if size > len(one.buf):
+            return list(self.process_batch(FrameBatch.of([(ingress_port, frame)])))
+        _thread.RLock.acquire(self._control)  # the arrays are shared: one caller at a time
+        try:
+            one.buf[:size] = np.frombuffer(frame, np.uint8)
+            one.length[0] = size
+            one.port[0] = ingress_port
+            return list(self._batch(one, self._one_out))
+        finally:
+            _thread.RLock.release(self._control)
 
     def process_batch(self, batch: FrameBatch) -> FrameBatch:
         """Every frame of `batch` in order, as the reference would; the emitted frames."""
+        return self._batch(batch, None)
+
+    def _batch(self, batch: FrameBatch, out: FrameBatch | None) -> FrameBatch:
         lock = self._control
         _thread.RLock.acquire(lock)
         try:
@@ -261,7 +281,7 @@ class FastPipeline(Pipeline):
             # lock excludes every other thread), and may have changed a table just now.
             if lock.holds or self._tables is None or self._tables_version != self.changes.version:
                 self._compile()
-            return self._run(batch)
+            return self._run(batch, out)
         finally:
             _thread.RLock.release(lock)
 
@@ -286,14 +306,16 @@ class FastPipeline(Pipeline):
             draws[mask] = self._loss_rng(port).integers(0, 0xFFFFFFFF, size=int(mask.sum()))
         return draws
 
-    def _run(self, batch: FrameBatch) -> FrameBatch:
+    def _run(self, batch: FrameBatch, out: FrameBatch | None) -> FrameBatch:
+        """The kernel over `batch`, into `out` (cleared) or a new batch."""
         tables = self._tables
         assert tables is not None
         n = batch.n
         in_buf, in_off, in_len, in_port = _inputs(batch)
         draws = self._draws(batch, tables.loss_ports)
         worst = max(1, int(tables.misc[M_MAX_REPLICAS]))
-        out = _empty_batch(2 * n + worst, 2 * batch.used_bytes + worst * MAX_FRAME)
+        if out is None:
+            out = _empty_batch(2 * n + worst, 2 * batch.used_bytes + worst * MAX_FRAME)
         regs = self.registers
         kernel = _kernel()
         done, frames, used = 0, 0, 0
