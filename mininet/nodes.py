@@ -39,7 +39,7 @@ from typing import IO, Any, ClassVar
 
 from inaemu.mininet.debian import load
 from inaemu.mininet.scenario import ScenarioError
-from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE
+from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
 
 mn = load()
 # Mininet's classes (untyped): bases of the nodes below
@@ -266,6 +266,9 @@ class SoftSwitchNode(InaSwitch):
         return argv
 
     def start(self, controllers: Any) -> None:
+        # Compiled here once if numba's cache lacks it (a fresh checkout): the switches then
+        # load it, rather than all compiling at once and missing START_TIMEOUT.
+        warm_up(self.dataplane)
         super().start(controllers)
         if self.pcap_dir is not None:
             for ifname in self.data_ports().values():
