@@ -5,10 +5,11 @@
     python -m inaemu.softswitch --name s2 --grpc 127.0.0.1:0 --wire-dir /tmp/w --link 1=s1.3
     python -m inaemu.softswitch --iface 1=s1-eth1 --iface 2=s1-eth2   # Mininet veths (root)
 
-Loopback wires (`hostlib.loopback`) are AF_UNIX datagram sockets in a private wire dir: a new
-one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if missing; it
-must be private). `--wires` gives port p the end NAME.p wired to the host end NAME.p.host;
-`--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links back.
+Loopback wires (`hostlib.loopback`) are AF_UNIX stream connections between ends in a private
+wire dir: a new one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if
+missing; it must be private). `--wires` gives port p the end NAME.p wired to the host end
+NAME.p.host; `--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links
+back.
 
 When everything is up it prints one line to stdout, for scripts to wait on; a host attaches
 with `LoopbackWireTransport(port, wire_dir, switch_name=name)`:

@@ -9,7 +9,7 @@
 
 Loopback wires live in `sw.wire_dir`: a private directory made on first use (removed by
 `stop()`), or the one given as `SoftSwitch(wire_dir=...)`; switches linked to each other
-share one (see `hostlib.loopback`). `rx_foreign` counts datagrams dropped because they did
+share one (see `hostlib.loopback`). `rx_foreign` counts frames dropped because they did
 not come from a port's peer, `tx_dropped` frames a port could not deliver.
 
 One thread reads every port, runs each frame through the pipeline and writes what it emits,
@@ -23,10 +23,11 @@ import os
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Iterable
 
 from inaemu.softswitch.pipeline import Pipeline
-from inaemu.softswitch.ports import LoopbackWire, Port, WireDir, host_end, port_end
+from inaemu.softswitch.ports import AfPacketPort, LoopbackWire, Port, WireDir, host_end, port_end
 
 
 class SoftSwitch:
@@ -150,15 +151,24 @@ class SoftSwitch:
         ports = self.ports
         try:
             while not self._stop.is_set():
-                for key, _ in sel.select(timeout=0.5):
+                now = time.monotonic()
+                wait = 0.5
+                for port in ports.values():
+                    due = port.tick(now)
+                    if due is not None:
+                        wait = min(wait, due)
+                for key, _ in sel.select(timeout=wait):
                     port_no = key.data
                     if port_no is None:
                         continue
-                    for frame in ports[port_no].recv_batch():
+                    port = ports[port_no]
+                    assert isinstance(port, LoopbackWire | AfPacketPort)
+                    for frame in port.recv_batch():
                         self.frames_in += 1
                         for out_port, out in process(port_no, frame):
                             dest = ports.get(out_port)
                             if dest is not None:  # an unconnected port is a down link
+                                assert isinstance(dest, LoopbackWire | AfPacketPort)
                                 dest.send(out)
                                 self.frames_out += 1
         except BaseException as exc:  # surfaced to whoever owns the switch

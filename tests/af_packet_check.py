@@ -22,6 +22,7 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     parse_frames,
 )
+from inaemu.softswitch.batch import FrameBatch
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.ports import AfPacketPort
 from inaemu.softswitch.switch import SoftSwitch
@@ -69,7 +70,7 @@ def main() -> int:
                 return 1
             # a frame the interface refuses (over the veth's 1500-byte MTU) is dropped, counted
             port = sw.ports[1]
-            port.send(bytes(9000))
+            port.send_batch(FrameBatch.of([(1, bytes(9000))]), np.zeros(1, np.int64))
             if (getattr(port, "tx_dropped", None), sw.tx_dropped) != (1, 1):
                 print(f"refused frame not counted: tx_dropped {sw.tx_dropped}")
                 return 1
