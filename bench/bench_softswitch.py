@@ -4,9 +4,14 @@
 
 1. in-process: frames of n workers pushed straight into Pipeline.process(), round robin per
    chunk, SUM; reports packets/s into the switch and aggregated elements/s (packets x K);
-2. loopback wires: a SoftSwitch thread with loopback wires (AF_UNIX datagrams in a private
-   wire dir) and n worker processes running the real INA client (window 64); reports the
-   same from the switch's counters and the wall time of the whole allreduce.
+2. over loopback wires: a SoftSwitch thread with loopback wires (AF_UNIX stream connections
+   in a private wire dir) and n worker processes running the real INA client (window 64);
+   reports the same from the switch's counters, the wall time of the whole allreduce, and
+   the frames per system call on each side (the switch's ports, the hosts' ends). Beside it,
+   measured in the same run, the raw ceiling: the same ports, batching and window with a
+   data plane that sends every frame back unchanged (`EchoPlane`), `--raw-frames` per worker
+   (longer than the allreduce: the ceiling is many times faster); the pipeline's packets/s
+   are given as a share of it.
 
 Numbers depend on the machine; the run prints its own configuration. Seeds are fixed.
 """
@@ -18,11 +23,13 @@ import multiprocessing as mp
 import os
 import platform
 import time
+from dataclasses import dataclass
 from multiprocessing.synchronize import Event as MpEvent
 
 import numpy as np
 
 from inaemu.controller.star import Worker, star_job_plan
+from inaemu.hostlib.batch_io import IoCounts
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
@@ -35,6 +42,7 @@ from inaemu.hostlib.wire import (
     slot_field,
 )
 from inaemu.p4.constants import DropReason, Event
+from inaemu.softswitch.batch import FrameBatch
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.switch import SoftSwitch
@@ -78,56 +86,151 @@ def bench_in_process(n: int, chunks: int) -> tuple[float, float]:
     return pps, pps * K
 
 
+# ---------------------------------------------------------------- over loopback wires
+
+
+@dataclass
+class WireRun:
+    """One run over loopback wires: packets into the switch per second (of the slowest
+    worker's time), the ports' frames per system call each way, the hosts' likewise."""
+
+    pps: float
+    wall: float
+    switch: IoCounts
+    hosts: IoCounts
+    wakeups: int
+    retransmissions: int = 0
+    duplicates: int = 0
+
+    def per_call(self) -> str:
+        def ratio(frames: int, calls: int) -> str:
+            return f"{frames / calls:.1f}" if calls else "-"
+
+        sw, h = self.switch, self.hosts
+        return (
+            f"switch in {ratio(sw.rx_frames, sw.rx_calls)} out {ratio(sw.tx_frames, sw.tx_calls)}"
+            f" per call ({ratio(sw.rx_frames, self.wakeups)} per wake-up), "
+            f"hosts in {ratio(h.rx_frames, h.rx_calls)} out {ratio(h.tx_frames, h.tx_calls)}"
+        )
+
+
+WorkerResult = tuple[float, int, IoCounts]
+
+
+class EchoPlane:
+    """A data plane that sends every frame back out of the port it came in on, unchanged: the
+    raw ceiling of the ports and their batching, with no pipeline."""
+
+    def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        return [(ingress_port, frame)]
+
+    def process_batch(self, batch: FrameBatch) -> FrameBatch:
+        return batch
+
+
 def _worker(
-    port: int, wire_dir: str, size: int, n: int, go: MpEvent, q: mp.Queue[tuple[float, int]]
+    port: int, wire_dir: str, size: int, n: int, go: MpEvent, q: mp.Queue[WorkerResult]
 ) -> None:
     x = np.random.default_rng(port).integers(-1000, 1000, size, dtype=np.int32)
-    client = InaClient(
-        LoopbackWireTransport(port, wire_dir),
-        job_id=1,
-        window=WINDOW,
-        n_workers=n,
-        give_up_after=60,
-    )
+    transport = LoopbackWireTransport(port, wire_dir)
+    client = InaClient(transport, job_id=1, window=WINDOW, n_workers=n, give_up_after=60)
     go.wait()  # every worker ready: process start-up skew is not measured
     start = time.perf_counter()
     client.allreduce_int32(x, Opcode.SUM)
-    q.put((time.perf_counter() - start, client.stats.retransmissions))
+    q.put((time.perf_counter() - start, client.stats.retransmissions, transport.counts))
 
 
-def bench_loopback(n: int, chunks: int) -> tuple[float, float, float, int, int]:
-    sw = SoftSwitch()
+def _echo_worker(
+    port: int, wire_dir: str, frames: int, go: MpEvent, q: mp.Queue[WorkerResult]
+) -> None:
+    """WINDOW frames in flight through an echoing switch until `frames` came back."""
+    transport = LoopbackWireTransport(port, wire_dir)
+    payloads = pack_payloads(
+        opcode=Opcode.SUM,
+        job_id=1,
+        tree_id=0,
+        slot=np.arange(WINDOW),
+        seq=np.arange(WINDOW),
+        values=np.zeros((WINDOW, K), np.int32),
+    )
+    go.wait()
+    start = time.perf_counter()
+    transport.send(payloads)
+    sent, got = WINDOW, 0
+    while got < frames:
+        back = len(transport.recv(5.0))
+        if not back:
+            raise RuntimeError(f"worker {port}: frames stopped coming back ({got} of {frames})")
+        got += back
+        more = min(back, frames - sent)
+        if more > 0:
+            transport.send(payloads[:more])
+            sent += more
+    q.put((time.perf_counter() - start, 0, transport.counts))
+
+
+def run_over_wires(n: int, chunks: int, *, echo: bool) -> WireRun:
+    """n worker processes on loopback wires to one switch thread: the real INA client
+    through the pipeline, or (`echo`) the same frames through `EchoPlane`."""
+    sw = SoftSwitch(dataplane=EchoPlane() if echo else None)
     apply_to_pipeline(sw.pipeline, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
     sw.add_loopback_wires(range(1, n + 1))
     sw.start()
     try:
-        q: mp.Queue[tuple[float, int]] = mp.Queue()
+        q: mp.Queue[WorkerResult] = mp.Queue()
         go = mp.Event()
-        ctx_procs = [
-            mp.Process(target=_worker, args=(p, sw.wire_dir, chunks * K, n, go, q))
+        procs = [
+            mp.Process(
+                target=_echo_worker if echo else _worker,
+                args=(p, sw.wire_dir, chunks, go, q)
+                if echo
+                else (p, sw.wire_dir, chunks * K, n, go, q),
+            )
             for p in range(1, n + 1)
         ]
-        for proc in ctx_procs:
+        for proc in procs:
             proc.start()
         time.sleep(1.0)
         start = time.perf_counter()
         go.set()
-        outs = [q.get(timeout=600) for _ in ctx_procs]
-        for proc in ctx_procs:
+        outs = [q.get(timeout=600) for _ in procs]
+        for proc in procs:
             proc.join()
         wall = time.perf_counter() - start
     finally:
         sw.stop()
-    rx = sum(sw.pipeline.port_rx.packets)
-    slowest = max(t for t, _ in outs)
-    retx = sum(r for _, r in outs)
-    dups = sw.pipeline.ina_drops.packets[DropReason.DUPLICATE]
-    replies = sw.pipeline.ina_events.packets[Event.RETX_REPLY]
-    print(
-        f"   switch: {dups} duplicate drops, {replies} retransmissions answered, "
-        f"{sw.tx_dropped} frames lost on full sockets, {sw.rx_foreign} foreign datagrams"
-    )
-    return rx / slowest, rx * K / slowest, wall, retx, dups
+    hosts = IoCounts()
+    for _, _, counts in outs:
+        hosts.add(counts)
+    slowest = max(t for t, _, _ in outs)
+    run = WireRun(sw.frames_in / slowest, wall, sw.counts, hosts, sw.wakeups)
+    if not echo:
+        run.retransmissions = sum(r for _, r, _ in outs)
+        run.duplicates = sw.pipeline.ina_drops.packets[DropReason.DUPLICATE]
+        replies = sw.pipeline.ina_events.packets[Event.RETX_REPLY]
+        print(
+            f"   switch: {run.duplicates} duplicate drops, {replies} retransmissions answered, "
+            f"{sw.tx_dropped} frames found no room, {sw.rx_foreign} foreign frames"
+        )
+    return run
+
+
+def report_over_wires(workers: list[int], chunks: int, raw_frames: int) -> None:
+    """The pipeline over wires beside the raw ceiling (same ports, batching and window, with
+    `EchoPlane`), measured in the same run."""
+    for n in workers:
+        raw = run_over_wires(n, raw_frames, echo=True)
+        run = run_over_wires(n, chunks, echo=False)
+        print(
+            f"{'wires raw':<12} {n:>7} {raw.pps:>12,.0f} {'':>12} "
+            f"wall {raw.wall:.2f}s; {raw.per_call()}"
+        )
+        print(
+            f"{'wires':<12} {n:>7} {run.pps:>12,.0f} {run.pps * K:>12,.0f} "
+            f"wall {run.wall:.2f}s, {run.retransmissions} retransmissions "
+            f"({run.duplicates} were spurious); {100 * run.pps / raw.pps:.0f}% of raw; "
+            f"{run.per_call()}"
+        )
 
 
 def main() -> None:
@@ -136,6 +239,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--repeat", type=int, default=3, help="in-process repetitions (best kept)")
     ap.add_argument("--skip-loopback", action="store_true")
+    ap.add_argument(
+        "--raw-frames", type=int, default=20_000, help="frames per worker of the raw ceiling"
+    )
     args = ap.parse_args()
     print(
         f"# softswitch benchmark: K={K}, window={WINDOW}, chunks/worker={args.chunks}, "
@@ -146,12 +252,7 @@ def main() -> None:
         best = max(bench_in_process(n, args.chunks) for _ in range(args.repeat))
         print(f"{'in-process':<12} {n:>7} {best[0]:>12,.0f} {best[1]:>12,.0f}")
     if not args.skip_loopback:
-        for n in args.workers:
-            pps, eps, wall, retx, dups = bench_loopback(n, args.chunks)
-            print(
-                f"{'loopback':<12} {n:>7} {pps:>12,.0f} {eps:>12,.0f} "
-                f"wall {wall:.2f}s, {retx} retransmissions ({dups} were spurious)"
-            )
+        report_over_wires(args.workers, args.chunks, args.raw_frames)
 
 
 if __name__ == "__main__":
