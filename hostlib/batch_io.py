@@ -7,10 +7,11 @@ descriptor with message headers prepared once:
     mm = Mmsg(slots=256, slot_bytes=2048)          # receive slots, and room for 256 sends
     n = mm.recv(sock.fileno())                     # frames in slots 0..n-1, lengths mm.lengths
     frames = mm.slots[:n]                           # (n, slot_bytes) uint8, views, no copy
-    sent, failed = mm.send(fd, buf, offsets, lengths)   # frames buf[o:o+l], one call per batch
+    sent, err, calls = mm.send(fd, buf, offsets, lengths)   # frames buf[o:o+l], from the
+                                                            # caller's buffer, no copy
 
-`send` goes on past a message the kernel refuses (it returns that message's index in
-`failed`), so a caller can count each lost frame and keep the rest. Linux only.
+`send` stops at a frame the kernel refuses and says why (its errno), so that a caller can
+count it as lost and go on, or wait for room and try it again. Linux only.
 """
 
 from __future__ import annotations
@@ -146,30 +147,26 @@ class Mmsg:
 
     def send(
         self, fd: int, buf: npt.NDArray[np.uint8], offsets: IntArray, lengths: IntArray
-    ) -> tuple[int, list[int], int]:
-        """Frames `buf[offsets[i] : offsets[i] + lengths[i]]`, in order, in as few calls as
-        the kernel allows: (frames sent, indexes of the frames it refused, calls made)."""
+    ) -> tuple[int, int, int]:
+        """Frames `buf[offsets[i] : offsets[i] + lengths[i]]` in order, `capacity` per call,
+        until the kernel refuses one: (frames sent, the refused frame's errno or 0 if all
+        went, calls made). The refused frame is frame number `sent`."""
         total = len(offsets)
         base = buf.ctypes.data
-        failed: list[int] = []
         sent = calls = 0
-        done = 0
-        while done < total:
-            n = min(total - done, self.capacity)
-            self._tx_base[:n] = base + offsets[done : done + n]
-            self._tx_len[:n] = lengths[done : done + n]
+        while sent < total:
+            n = min(total - sent, self.capacity)
+            self._tx_base[:n] = base + offsets[sent : sent + n]
+            self._tx_len[:n] = lengths[sent : sent + n]
             k = _libc.sendmmsg(fd, self._tx, n, _DONTWAIT)
             calls += 1
             if k > 0:
                 sent += k
-                done += k
                 continue
             err = ctypes.get_errno()
-            if err == errno.EINTR:
-                continue
-            failed.append(done)  # the kernel refused this frame (full queue, too long, ...)
-            done += 1
-        return sent, failed, calls
+            if err != errno.EINTR:
+                return sent, err, calls
+        return sent, 0, calls
 
 
 def _field_view(

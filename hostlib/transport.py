@@ -17,6 +17,7 @@ work per frame or element is done in Python.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
@@ -25,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib.batch_io import IoCounts, Mmsg, sockaddr_in
 from inaemu.hostlib.loopback import (
     READ_BYTES,
     RECORD_HEADER,
@@ -45,11 +47,11 @@ from inaemu.hostlib.wire import (
     FrameTemplate,
 )
 
-RECV_BATCH = 256
+RECV_BATCH = 256  # datagrams one UDP receive takes at most
+UDP_SLOT = 512  # bytes of a receive slot (an INA payload is 270)
 _IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 SOCKET_BUFFER = 8 << 20
 _RECORD = RECORD_HEADER + FRAME_BYTES  # one INA frame on a wire's stream
-_DONTWAIT = socket.MSG_DONTWAIT
 
 
 class TransportError(OSError):
@@ -168,41 +170,51 @@ def ina_payloads(
 
 
 class UdpTransport:
-    """Kernel UDP: payloads to (switch_ip, INA_UDP_PORT), results on (local_ip, INA_UDP_PORT)."""
+    """Kernel UDP: payloads to (switch_ip, INA_UDP_PORT), results on (local_ip, INA_UDP_PORT).
+
+    A send hands the whole batch to the kernel with `sendmmsg` (as many datagrams per call as
+    it takes; a full socket buffer is waited out), a receive takes up to RECV_BATCH datagrams
+    with one `recvmmsg` (`hostlib.batch_io`)."""
 
     def __init__(self, local_ip: str, switch_ip: str, *, port: int = INA_UDP_PORT) -> None:
         self.peer = (switch_ip, port)
         self.sock = _udp_socket((local_ip, port), "the INA UDP socket")
+        self._mmsg = Mmsg(RECV_BATCH, UDP_SLOT, name=sockaddr_in(switch_ip, port))
+        self.counts = IoCounts()
         self.frames_sent = 0
         self.frames_received = 0
 
     def send(self, payloads: npt.NDArray[np.void]) -> None:
-        buf = payloads.tobytes()
-        sendto, peer = self.sock.sendto, self.peer
-        for off in range(0, len(buf), INA_BYTES):
-            while True:
-                try:
-                    sendto(buf[off : off + INA_BYTES], peer)
-                    break
-                except BlockingIOError:
-                    select.select([], [self.sock], [], 0.01)
-                except ConnectionRefusedError:
-                    break
-        self.frames_sent += len(payloads)
+        n = len(payloads)
+        buf = np.ascontiguousarray(payloads).view(np.uint8).reshape(-1)
+        offsets = np.arange(n, dtype=np.int64) * INA_BYTES
+        lengths = np.full(n, INA_BYTES, np.int64)
+        fd, done = self.sock.fileno(), 0
+        while done < n:
+            sent, err, calls = self._mmsg.send(fd, buf, offsets[done:], lengths[done:])
+            self.counts.tx_calls += calls
+            self.counts.tx_frames += sent
+            done += sent
+            if err == errno.EAGAIN:  # the socket's buffer is full: wait for room
+                select.select([], [self.sock], [], 0.01)
+            elif err:  # e.g. ECONNREFUSED from an earlier datagram: this one is lost
+                done += 1
+        self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
         if not _wait_readable(self.sock, timeout):
             return np.empty(0, dtype=INA_DTYPE)
-        chunks: list[bytes] = []
-        for _ in range(RECV_BATCH):
-            try:
-                data = self.sock.recv(INA_BYTES + 64)
-            except (BlockingIOError, ConnectionRefusedError):
-                break
-            if len(data) >= INA_BYTES:
-                chunks.append(data[:INA_BYTES])
-        self.frames_received += len(chunks)
-        return np.frombuffer(b"".join(chunks), dtype=INA_DTYPE)
+        try:
+            n = self._mmsg.recv(self.sock.fileno())
+        except ConnectionRefusedError:
+            n = 0
+        self.counts.rx_calls += 1
+        self.counts.rx_frames += n
+        long_enough = self._mmsg.lengths[:n] >= INA_BYTES
+        rows = self._mmsg.slots[:n][long_enough, :INA_BYTES]
+        payloads = np.ascontiguousarray(rows).view(INA_DTYPE).reshape(-1)
+        self.frames_received += len(payloads)
+        return payloads
 
     def close(self) -> None:
         self.sock.close()

@@ -366,15 +366,17 @@ class AfPacketPort:
     def send_batch(self, batch: FrameBatch, index: IntArray) -> None:
         """Frames `index` of `batch` out of the interface, in order, in as few calls as the
         kernel allows; each frame it refuses is dropped and counted."""
-        sent, failed, calls = self._mmsg.send(
-            self.sock.fileno(),
-            batch.buf,
-            batch.offset[index].astype(np.int64),
-            batch.length[index].astype(np.int64),
-        )
-        self.tx_dropped += len(failed)
-        self.counts.tx_frames += sent
-        self.counts.tx_calls += calls
+        offsets = batch.offset[index].astype(np.int64)
+        lengths = batch.length[index].astype(np.int64)
+        fd, total, done = self.sock.fileno(), len(index), 0
+        while done < total:
+            sent, err, calls = self._mmsg.send(fd, batch.buf, offsets[done:], lengths[done:])
+            self.counts.tx_frames += sent
+            self.counts.tx_calls += calls
+            done += sent
+            if err:  # refused: lost, the next one goes on
+                self.tx_dropped += 1
+                done += 1
 
     def close(self) -> None:
         self.sock.close()
