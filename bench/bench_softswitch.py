@@ -11,7 +11,9 @@
    measured in the same run, the raw ceiling: the same ports, batching and window with a
    data plane that sends every frame back unchanged (`EchoPlane`), `--raw-frames` per worker
    (longer than the allreduce: the ceiling is many times faster); the pipeline's packets/s
-   are given as a share of it.
+   are given as a share of it. And the hosts' ceiling: the real clients (`--raw-frames`
+   chunks each) against a data plane that answers every chunk at once (`AnswerPlane`), what
+   bounds the path when the data plane costs next to nothing.
 
 Numbers depend on the machine; the run prints its own configuration. Seeds are fixed.
 """
@@ -33,7 +35,9 @@ from inaemu.hostlib.batch_io import IoCounts
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
+    INA_OFFSET,
     Endpoint,
+    Flag,
     FrameTemplate,
     K,
     Opcode,
@@ -42,7 +46,7 @@ from inaemu.hostlib.wire import (
     slot_field,
 )
 from inaemu.p4.constants import DropReason, Event
-from inaemu.softswitch.batch import FrameBatch
+from inaemu.softswitch.batch import DataPlane, FrameBatch
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.switch import SoftSwitch
@@ -128,6 +132,21 @@ class EchoPlane:
         return batch
 
 
+class AnswerPlane:
+    """A data plane that answers every chunk at once: each frame back to its port with the
+    RESULT flag (a job of one worker per port). The real clients' ceiling over the wires:
+    what bounds the path once the data plane costs next to nothing."""
+
+    def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        out = bytearray(frame)
+        out[INA_OFFSET] |= int(Flag.RESULT)
+        return [(ingress_port, bytes(out))]
+
+    def process_batch(self, batch: FrameBatch) -> FrameBatch:
+        batch.buf[batch.offset[: batch.n] + INA_OFFSET] |= int(Flag.RESULT)
+        return batch
+
+
 def _worker(
     port: int, wire_dir: str, size: int, n: int, go: MpEvent, q: mp.Queue[WorkerResult]
 ) -> None:
@@ -169,10 +188,10 @@ def _echo_worker(
     q.put((time.perf_counter() - start, 0, transport.counts))
 
 
-def run_over_wires(n: int, chunks: int, *, echo: bool) -> WireRun:
+def run_over_wires(n: int, chunks: int, *, echo: bool, plane: DataPlane | None = None) -> WireRun:
     """n worker processes on loopback wires to one switch thread: the real INA client
-    through the pipeline, or (`echo`) the same frames through `EchoPlane`."""
-    sw = SoftSwitch(dataplane=EchoPlane() if echo else None)
+    through the pipeline (or `plane`), or (`echo`) frames through `EchoPlane`."""
+    sw = SoftSwitch(dataplane=EchoPlane() if echo else plane)
     apply_to_pipeline(sw.pipeline, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
     sw.add_loopback_wires(range(1, n + 1))
     sw.start()
@@ -204,7 +223,7 @@ def run_over_wires(n: int, chunks: int, *, echo: bool) -> WireRun:
         hosts.add(counts)
     slowest = max(t for t, _, _ in outs)
     run = WireRun(sw.frames_in / slowest, wall, sw.counts, hosts, sw.wakeups)
-    if not echo:
+    if not echo and plane is None:
         run.retransmissions = sum(r for _, r, _ in outs)
         run.duplicates = sw.pipeline.ina_drops.packets[DropReason.DUPLICATE]
         replies = sw.pipeline.ina_events.packets[Event.RETX_REPLY]
@@ -220,10 +239,16 @@ def report_over_wires(workers: list[int], chunks: int, raw_frames: int) -> None:
     `EchoPlane`), measured in the same run."""
     for n in workers:
         raw = run_over_wires(n, raw_frames, echo=True)
+        hosts = run_over_wires(n, raw_frames, echo=False, plane=AnswerPlane())
         run = run_over_wires(n, chunks, echo=False)
         print(
             f"{'wires raw':<12} {n:>7} {raw.pps:>12,.0f} {'':>12} "
             f"wall {raw.wall:.2f}s; {raw.per_call()}"
+        )
+        print(
+            f"{'wires hosts':<12} {n:>7} {hosts.pps:>12,.0f} {hosts.pps * K:>12,.0f} "
+            f"wall {hosts.wall:.2f}s, real clients, every chunk answered at once; "
+            f"{hosts.per_call()}"
         )
         print(
             f"{'wires':<12} {n:>7} {run.pps:>12,.0f} {run.pps * K:>12,.0f} "

@@ -89,6 +89,7 @@ OUT_QUEUE_BYTES = 256 << 10  # an end's output queue behind the kernel's buffer
 READ_BYTES = 256 << 10  # bytes one read takes at most
 RETRY_CONNECT = 0.02  # seconds between connection attempts of an active switch port
 LISTEN_BACKLOG = 16
+FEW = 16  # fewer frames than this are handled one by one: numpy's set-up costs more
 _SEND_FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
 _MAX_IOV = 64  # buffers per sendmsg
 _SWITCH_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
@@ -148,7 +149,7 @@ def split_records(buf: Bytes, start: int, end: int) -> tuple[IntArray, IntArray,
     pos = start
     offsets: list[IntArray] = []
     lengths: list[IntArray] = []
-    if end - pos >= RECORD_HEADER:
+    if end - pos >= FEW * (RECORD_HEADER + 64):  # enough for numpy to pay (else one by one)
         first = view[pos] | view[pos + 1] << 8
         _check_length(first, pos)
         size = first + RECORD_HEADER
@@ -197,7 +198,7 @@ def encode_records(
         return b"", _NONE
     size = int(lengths[0])
     step = int(offsets[1] - offsets[0]) if count > 1 else size
-    if step > 0 and bool((lengths == size).all()):
+    if count >= FEW and step > 0 and bool((lengths == size).all()):
         steps = np.diff(offsets)
         if count == 1 or bool((steps == step).all()):
             out = np.empty((count, size + RECORD_HEADER), np.uint8)
@@ -211,11 +212,14 @@ def encode_records(
             return out.reshape(-1).data, ends
     view = buf.data
     parts: list[bytes | memoryview] = []
+    ends_list: list[int] = []
+    end = 0
     for off, n in zip(offsets.tolist(), lengths.tolist(), strict=True):
         parts.append(n.to_bytes(RECORD_HEADER, "little"))
         parts.append(view[off : off + n])
-    ends = np.cumsum(lengths, dtype=np.int64) + RECORD_HEADER * np.arange(1, count + 1)
-    return b"".join(parts), ends
+        end += n + RECORD_HEADER
+        ends_list.append(end)
+    return b"".join(parts), np.array(ends_list, np.int64)
 
 
 def encode_frames(frames: list[bytes]) -> tuple[bytes, IntArray]:

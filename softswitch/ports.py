@@ -59,6 +59,7 @@ SIOCGIFMTU = 0x8921
 RING_BYTES = 4 << 20  # an AF_PACKET port's receive ring
 RING_READ = 512  # slots one `recv_into` takes at most
 SEND_BATCH = 256  # frames per sendmmsg call
+FEW = 16  # fewer frames than this are read and sent one by one (numpy and ctypes cost more)
 FOREIGN_MAX = 16  # foreign connections a port reads at once; more are closed unread
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
@@ -320,6 +321,10 @@ class AfPacketPort:
         self._status = field(0, np.uint32)
         self._snaplen = field(8, np.uint32)
         self._mac = field(12, np.uint16)
+        self._frame_size = frame_size
+        self._bytes = memoryview(self._ring)
+        self._words = self._bytes.cast("I")  # a slot's header as 32-bit words (native order)
+        self._step = frame_size // 4
         self._head = 0  # the next slot the kernel fills after the ones read
         self._probe = np.arange(RING_READ, dtype=np.int64)
         self._mmsg = Mmsg(SEND_BATCH, 1)  # send headers only (frames come from the batch)
@@ -334,12 +339,41 @@ class AfPacketPort:
 
     def recv_into(self, batch: FrameBatch, port_no: int) -> int:
         """The ready slots (at most RING_READ) into `batch`, in order; the slots go back to
-        the kernel. How many frames."""
+        the kernel. How many frames. A few are copied one by one (cheaper than numpy's set-up),
+        more with numpy, frames of one length in one copy."""
+        words, step, slots, head = self._words, self._step, self._slots, self._head
+        count = 0
+        while count < FEW and words[(head + count) % slots * step] & TP_STATUS_USER:
+            count += 1
+        if count == FEW:
+            return self._recv_many(batch, port_no)
+        if not count:
+            return 0
+        rows = [(head + i) % slots for i in range(count)]
+        lengths = [words[row * step + 2] for row in rows]  # tp_snaplen
+        macs = [words[row * step + 3] & 0xFFFF for row in rows]  # tp_mac
+        start = batch.used_bytes
+        batch.reserve(count, sum(lengths))
+        buf, ring, frame_size = batch.buf.data, self._bytes, self._frame_size
+        n = batch.n
+        pos = start
+        for i, row in enumerate(rows):
+            size, at = lengths[i], row * frame_size + macs[i]
+            buf[pos : pos + size] = ring[at : at + size]
+            batch.offset[n + i] = pos
+            batch.length[n + i] = size
+            pos += size
+            words[row * step] = TP_STATUS_KERNEL
+        batch.port[n : n + count] = port_no
+        batch.n = n + count
+        self._head = (head + count) % slots
+        self.counts.rx_frames += count
+        return count
+
+    def _recv_many(self, batch: FrameBatch, port_no: int) -> int:
         index = (self._head + self._probe) % self._slots
         ready = (self._status[index] & TP_STATUS_USER) != 0
         count = len(index) if bool(ready.all()) else int(ready.argmin())
-        if not count:
-            return 0
         index = index[:count]
         lengths = self._snaplen[index].astype(np.int64)
         macs = self._mac[index].astype(np.int64)
@@ -348,7 +382,7 @@ class AfPacketPort:
         size, mac = int(lengths[0]), int(macs[0])
         if bool((lengths == size).all()) and bool((macs == mac).all()):
             dest = batch.buf[start : start + count * size].reshape(count, size)
-            np.take(self._frames[:, mac : mac + size], index, axis=0, out=dest)
+            dest[:] = self._frames[index, mac : mac + size]  # (np.take would copy the ring)
             offsets = start + size * np.arange(count, dtype=np.int64)
         else:
             ends = start + np.cumsum(lengths)
@@ -365,10 +399,23 @@ class AfPacketPort:
 
     def send_batch(self, batch: FrameBatch, index: IntArray) -> None:
         """Frames `index` of `batch` out of the interface, in order, in as few calls as the
-        kernel allows; each frame it refuses is dropped and counted."""
+        kernel allows (a few with one `send` each, more with `sendmmsg`); each frame it
+        refuses is dropped and counted."""
+        total = len(index)
+        if total < FEW:
+            buf, send = batch.buf.data, self.sock.send
+            for i in index.tolist():
+                off = int(batch.offset[i])
+                try:
+                    send(buf[off : off + int(batch.length[i])])
+                    self.counts.tx_frames += 1
+                except OSError:  # a full queue (EAGAIN), too long, the interface gone
+                    self.tx_dropped += 1
+            self.counts.tx_calls += total
+            return
         offsets = batch.offset[index].astype(np.int64)
         lengths = batch.length[index].astype(np.int64)
-        fd, total, done = self.sock.fileno(), len(index), 0
+        fd, done = self.sock.fileno(), 0
         while done < total:
             sent, err, calls = self._mmsg.send(fd, batch.buf, offsets[done:], lengths[done:])
             self.counts.tx_frames += sent
@@ -381,6 +428,8 @@ class AfPacketPort:
     def close(self) -> None:
         self.sock.close()
         del self._frames, self._status, self._snaplen, self._mac
+        self._words.release()
+        self._bytes.release()
         try:
             self._ring.close()
         except BufferError:  # a view is still alive somewhere: unmapped when it goes

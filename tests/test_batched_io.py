@@ -23,7 +23,8 @@ SEQ = INA_OFFSET + 10  # the INA header's seq field in a frame
 
 
 class RouteBySeq:
-    """A data plane: every frame unchanged to port seq % 4 + 1; the batch sizes it saw."""
+    """A data plane in numpy: every frame unchanged to port seq % 4 + 1; the batch sizes it
+    saw."""
 
     def __init__(self) -> None:
         self.batches: list[int] = []
@@ -32,11 +33,14 @@ class RouteBySeq:
         return [(int.from_bytes(frame[SEQ : SEQ + 4], "big") % 4 + 1, frame)]
 
     def process_batch(self, batch: FrameBatch) -> FrameBatch:
-        self.batches.append(batch.n)
-        out = FrameBatch(max(batch.n, 1), max(batch.used_bytes, 1))
-        for port, frame in batch:
-            for egress, emitted in self.process(port, frame):
-                out.append(egress, emitted)
+        n = batch.n
+        self.batches.append(n)
+        at = batch.offset[:n] + SEQ + 3  # the low byte of seq
+        out = FrameBatch(1, 1)
+        out.buf = batch.buf
+        out.offset, out.length = batch.offset[:n].copy(), batch.length[:n].copy()
+        out.port = (batch.buf[at] % 4 + 1).astype(np.int32)
+        out.n = n
         return out
 
 
