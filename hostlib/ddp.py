@@ -40,7 +40,9 @@ takes a run id for every run) a script needs one call for all of that:
 # against the real dist.GradBucket and torch.futures.Future[torch.Tensor] objects.
 import json
 import secrets
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -156,7 +158,9 @@ class LaunchedWorker:
     """One training process as the launcher started it (`from_environment`): the gloo process
     group is up, `state` holds the backend's client, codec and run id."""
 
-    def __init__(self, launch: Launch, state: InaHookState, close_client: Any) -> None:
+    def __init__(
+        self, launch: Launch, state: InaHookState, close_client: Callable[[], None]
+    ) -> None:
         self.launch = launch
         self.state = state
         self._close_client = close_client
@@ -211,17 +215,21 @@ class LaunchedWorker:
         self._records.write(json.dumps(line) + "\n")
 
     def close(self) -> None:
-        """Detach from the switch or peers, wait for every rank, end the process group."""
+        """Detach from the switch or peers, wait for every rank, end the process group. Called
+        while an exception propagates (a `finally:` after a failure), it waits for nobody: the
+        other ranks see the process group go and fail too, instead of waiting for this one."""
         if self._closed:
             return
         self._closed = True
+        failing = sys.exc_info()[0] is not None
         try:
             self._close_client()
         finally:
             if self._records is not None:
                 self._records.close()
             if dist.is_initialized():
-                dist.barrier()  # nobody leaves while another still talks to it
+                if not failing:
+                    dist.barrier()  # nobody leaves while another still talks to it
                 dist.destroy_process_group()
 
     def __enter__(self) -> "LaunchedWorker":
