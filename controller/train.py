@@ -55,14 +55,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from inaemu.collectives.schedule import Schedule
 from inaemu.controller.demo_worker import JOB_ID, DemoOptions
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.topology import Topology, TopologyError, describe_roles, load_or_build
+from inaemu.hostlib.codecs import CODECS
+from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, Launch, parse_backend
+from inaemu.hostlib.loopback import WireDir
 
-FLOAT_INA_CODECS = ("fixedpoint", "sketch", "sketch-compact")  # int32 takes no float gradients
-FLOAT_SCHEDULE_CODECS = ("plain", "inceptionn", *FLOAT_INA_CODECS)
+# the codecs that take float gradients: every one but int32
+FLOAT_INA_CODECS = tuple(c for c in sorted(CODECS) if c != "int32")
+FLOAT_SCHEDULE_CODECS = tuple(c for c in SCHEDULE_CODECS if c != "int32")
 POLL = 0.2  # seconds between looks at the workers and switches
 
 
@@ -116,7 +121,7 @@ def parse_backends(text: str) -> tuple[Backend, ...]:
     return backends
 
 
-def write_schedule(backend: Backend, topo: Topology, workers: Sequence[str], out: Path) -> Any:
+def write_schedule(backend: Backend, topo: Topology, workers: Sequence[str], out: Path) -> Schedule:
     """The host collective's schedule over the workers, checked, saved as
     out/schedule-ALGO.json; TrainError if it does not run on this topology."""
     from inaemu.collectives.algorithms import algorithm
@@ -154,7 +159,7 @@ class Network(Protocol):
     def next_run(self) -> int: ...
 
     def launches(
-        self, backend: Backend, run: int, schedule: Any, records: Path
+        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
     ) -> list[Launch]: ...
 
     def start(
@@ -199,7 +204,7 @@ class EmbeddedNetwork:
         self._loop = asyncio.new_event_loop()
         self._ctl: Controller | None = None
         self._switches: dict[str, subprocess.Popen[str]] = {}
-        self._wires: Any = None
+        self._wires: WireDir | None = None
 
     def __enter__(self) -> EmbeddedNetwork:
         from inaemu.controller.demo import (
@@ -252,7 +257,10 @@ class EmbeddedNetwork:
         assert self._ctl is not None
         return self._ctl.jobs.next_run(JOB_ID)
 
-    def launches(self, backend: Backend, run: int, schedule: Any, records: Path) -> list[Launch]:
+    def launches(
+        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
+    ) -> list[Launch]:
+        assert self._wires is not None, "enter the network first"
         topo, n = self.topology, len(self.workers)
         rendezvous = records / "gloo-rendezvous"  # a file: no port to race for
         rendezvous.unlink(missing_ok=True)

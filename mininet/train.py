@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inaemu.collectives.schedule import Schedule
 from inaemu.controller.topology import Topology
 from inaemu.hostlib.launch import Backend, Launch
 from inaemu.mininet import debian
@@ -99,7 +100,9 @@ class MininetNetwork:
         """`inaemu job new-run`: the job state's next run id."""
         return int(self.sc.inaemu("job", "new-run", *self.sc.topo_args(), "--job", "1").strip())
 
-    def launches(self, backend: Backend, run: int, schedule: Any, records: Path) -> list[Launch]:
+    def launches(
+        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
+    ) -> list[Launch]:
         from inaemu.controller.train import host_launch, schedule_path
 
         sc, spec = self.sc, replace(self._spec, run_id=run)
