@@ -675,6 +675,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options(args: argparse.Namespace) -> TrainOptions:
     """The checked options; ValueError saying what to fix."""
+    from inaemu.mininet.scenario import MAX_BW  # imports no Mininet
+
     script_args = list(args.args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
@@ -688,6 +690,8 @@ def options(args: argparse.Namespace) -> TrainOptions:
         raise ValueError("--timeout and --limit must be positive seconds")
     if not args.mininet and (args.bw is not None or args.switch != "softswitch"):
         raise ValueError("--bw and --switch are for --mininet (embedded links have no bandwidth)")
+    if args.bw is not None and not 0 < args.bw <= MAX_BW:
+        raise ValueError(f"--bw {args.bw:g}: Mininet shapes 0 < bw <= {MAX_BW:.0f} Mbit/s")
     if args.mininet and os.geteuid() != 0:
         raise ValueError("--mininet needs root (sudo .venv/bin/inaemu train ... --mininet)")
     label = args.topo or f"star:{args.workers or 4}"
