@@ -20,6 +20,7 @@
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
     inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
+    inaemu train examples/train_ddp.py [--backend all] [--workers 4] [--topo ...] [--mininet]
 
 Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
 runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
@@ -734,6 +735,13 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(func=None)
 
+    sub.add_parser(
+        "train",
+        help="run a DDP training script on the emulated network once per backend (INA, the "
+        "ring with INCEPTIONN, gloo) and plot the curves (see inaemu train -h)",
+        add_help=False,
+    ).set_defaults(func=None)
+
     t = sub.add_parser("topo", help="write a topology file, or draw one (show)")
     t.add_argument(
         "kind",
@@ -897,6 +905,10 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.collectives.cli import main as schedule_main
 
         return schedule_main(argv[1:])
+    if argv[:1] == ["train"]:
+        from inaemu.controller.train import main as train_main
+
+        return train_main(argv[1:])
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named after the command, not after `inaemu` as argparse would
