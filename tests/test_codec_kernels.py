@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,8 @@ from inaemu.hostlib.codecs import (
     Phase,
     SketchCodec,
     SketchCorrupt,
+    _kernels,
+    inceptionn,
     simulate_allreduce,
 )
 from inaemu.hostlib.codecs import fixedpoint as fp
@@ -31,6 +35,15 @@ SIZES = st.one_of(st.integers(0, 70), st.integers(70, 3000))
 
 def same_bits(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@contextmanager
+def streaming(on: bool) -> Iterator[None]:
+    """Within: outputs of any size take quantize's streamed-store path if `on`."""
+    with pytest.MonkeyPatch.context() as patch:
+        if on:
+            patch.setattr(_kernels, "STREAM_MIN_BYTES", 0)
+        yield
 
 
 def random_floats(rng: np.random.Generator, size: int, dtype: Any) -> npt.NDArray[Any]:
@@ -93,17 +106,19 @@ def test_non_finite_rejected_alike(bad: float, dtype: Any) -> None:
     block_size=st.sampled_from([1, 5, 256]),
     n_terms=st.integers(1, 3000),
     seed=st.integers(0, 2**32 - 1),
+    streamed=st.booleans(),
 )
-def test_quantize(x: npt.NDArray[Any], block_size: int, n_terms: int, seed: int) -> None:
+def test_quantize(
+    x: npt.NDArray[Any], block_size: int, n_terms: int, seed: int, streamed: bool
+) -> None:
     rng = np.random.default_rng(seed)
     exps = fp.block_exponents(x, block_size)
     nonzero = exps != fp.ZERO_BLOCK_EXPONENT
     exps[nonzero] += rng.integers(0, 3, exps.size)[nonzero]  # other workers' larger blocks
     backoff = rng.integers(0, 4, exps.size)
-    assert same_bits(
-        fp.quantize(x, exps, n_terms, block_size, backoff),
-        fp.quantize(x, exps, n_terms, block_size, backoff, impl="numpy"),
-    )
+    with streaming(streamed):
+        fast = fp.quantize(x, exps, n_terms, block_size, backoff)
+    assert same_bits(fast, fp.quantize(x, exps, n_terms, block_size, backoff, impl="numpy"))
 
 
 @SETTINGS
@@ -240,9 +255,10 @@ def check_same_run(make: Any, xs: list[npt.NDArray[Any]]) -> None:
 
 
 @SETTINGS
-@given(xs=worker_inputs(), block_size=st.sampled_from([1, 64, 256]))
-def test_fixedpoint_codec(xs: list[npt.NDArray[Any]], block_size: int) -> None:
-    check_same_run(lambda impl: FixedPointCodec(block_size=block_size, impl=impl), xs)
+@given(xs=worker_inputs(), block_size=st.sampled_from([1, 64, 256]), streamed=st.booleans())
+def test_fixedpoint_codec(xs: list[npt.NDArray[Any]], block_size: int, streamed: bool) -> None:
+    with streaming(streamed):
+        check_same_run(lambda impl: FixedPointCodec(block_size=block_size, impl=impl), xs)
 
 
 @SETTINGS
@@ -298,3 +314,48 @@ def test_scratch_pool_bounds() -> None:
     pool.give(np.empty(20, np.int32))
     pool.give(np.empty(30, np.int32))  # a third size: the older sizes are dropped
     assert pool.take(20).size == 20 and len(pool._free) == 1
+
+
+# ---- INCEPTIONN ----------------------------------------------------------------------------
+
+
+def decompress_outcome(buf: bytes, impl: Any) -> object:
+    try:
+        return inceptionn.decompress(buf, impl=impl).tobytes()
+    except ValueError as exc:
+        return str(exc)
+
+
+@SETTINGS
+@given(
+    x=float_arrays(),
+    log2_bound=st.floats(-130, 1.5),
+    seed=st.integers(0, 2**32 - 1),
+    tamper=st.integers(0, 2),
+)
+def test_inceptionn(x: npt.NDArray[Any], log2_bound: float, seed: int, tamper: int) -> None:
+    """The same bytes from compress, and from decompress the same floats (or the same error
+    once tags are tampered with)."""
+    with np.errstate(over="ignore"):  # float64's largest values become inf
+        x = np.nan_to_num(x.astype(np.float32), posinf=1.0, neginf=-1.0)
+    bound = 2.0**log2_bound
+    buf = inceptionn.compress(x, bound)
+    assert buf == inceptionn.compress(x, bound, impl="numpy")
+    raw = bytearray(buf)
+    rng = np.random.default_rng(seed)
+    tags_at = len(raw) - -(-x.size // 4)
+    for at in rng.integers(tags_at, len(raw), tamper if len(raw) > tags_at else 0):
+        raw[at] ^= int(rng.integers(1, 256))
+    assert decompress_outcome(bytes(raw), "numba") == decompress_outcome(bytes(raw), "numpy")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_inceptionn_non_finite_rejected_alike(bad: float) -> None:
+    x = np.zeros(100, np.float32)
+    x[42] = bad
+    messages = []
+    for impl in ("numba", "numpy"):
+        with pytest.raises(ValueError) as info:
+            inceptionn.compress(x, impl=impl)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]

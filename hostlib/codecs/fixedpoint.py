@@ -181,7 +181,7 @@ def _quantize_scaled(
     # product is not subnormal (then it is < 2**-126 and rounds to 0 anyway), so float32
     # input needs no float64 temporaries; rare out-of-range blocks take an ldexp path.
     if impl == "numba":
-        _kernels.quantize(flat, s, zero, block_size, out)
+        _kernels.quantize(flat, s, zero, block_size, out, _kernels.stream_head(out))
         return out
     factors, fast = _factor_plan(s, zero, flat.dtype, margin=0)
     step = max(1, CHUNK_ELEMENTS // block_size)
