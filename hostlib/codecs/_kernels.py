@@ -44,19 +44,20 @@ def _intrinsic(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 # ---- bits ----------------------------------------------------------------------------------
 
-# the lowest set bit b of a word: _DEBRUIJN32[((1 << b) * 0x077CB531 mod 2**32) >> 27]
-_DEBRUIJN32 = np.array(
-    [0, 1, 28, 2, 29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4, 8,
-     31, 27, 13, 23, 21, 19, 16, 7, 26, 12, 18, 6, 11, 5, 10, 9],
-    dtype=np.int64,
-)  # fmt: skip
 
+@_intrinsic
+def _trailing_zeros(typingctx: Any, word: Any) -> Any:
+    """The index of the lowest set bit of a non-zero integer (LLVM's cttz: one instruction)."""
 
-@_jit
-def _lowest_bit(word: Any) -> int:
-    """The index of the lowest set bit of a non-zero word of at most 32 bits."""
-    low = np.int64(word) & -np.int64(word)
-    return int(_DEBRUIJN32[((low * 0x077CB531) & 0xFFFFFFFF) >> 27])
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        t = args[0].type
+        cttz = builder.module.globals.get(f"llvm.cttz.i{t.width}") or ir.Function(
+            builder.module, ir.FunctionType(t, [t, ir.IntType(1)]), f"llvm.cttz.i{t.width}"
+        )
+        count = builder.call(cttz, [args[0], ir.Constant(ir.IntType(1), 1)])
+        return context.cast(builder, count, sig.args[0], sig.return_type)
+
+    return types.intp(word), codegen
 
 
 @_jit
@@ -135,6 +136,8 @@ def nonzero_bitmap(bits: Any, is_float: bool, packed: Any, support: Any) -> tupl
     chunk = 4096  # elements per round: flags in L1, then 8 flags -> 1 byte by a multiply
     flags = np.zeros(chunk, dtype=np.uint8)
     flags64 = flags.view(np.uint64)
+    local = np.zeros(chunk // 8, dtype=np.uint8)  # the chunk's bitmap bytes, also read as
+    local64 = local.view(np.uint64)  # 64 flags at a time (packed may end mid-word)
     n = bits.size
     worst = t(0)
     stored = 0
@@ -148,23 +151,23 @@ def nonzero_bitmap(bits: Any, is_float: bool, packed: Any, support: Any) -> tupl
         worst = max(worst, m)
         for i in range(seg.size, chunk):
             flags[i] = 0
+        for k in range(chunk // 8):
+            # bytes b0..b7 in {0, 1} (little endian) -> the byte sum(b_j << j)
+            local[k] = np.uint8((flags64[k] * np.uint64(0x0102040810204080)) >> np.uint64(56))
         dst = packed[c0 // 8 : min(c0 // 8 + chunk // 8, packed.size)]
         for k in range(dst.size):
-            # bytes b0..b7 in {0, 1} (little endian) -> the byte sum(b_j << j)
-            dst[k] = np.uint8((flags64[k] * np.uint64(0x0102040810204080)) >> np.uint64(56))
+            dst[k] = local[k]
         if stored < 0:
             continue
-        for k in range(dst.size):
-            byte = np.int64(dst[k])
-            while byte:
+        for g in range(-(-seg.size // 64)):  # the same bytes, 64 flags at a time
+            word = local64[g]
+            while word and stored >= 0:
                 if stored == support.size:
-                    stored = -1
-                    break
-                support[stored] = seg[8 * k + _lowest_bit(byte)]
-                stored += 1
-                byte &= byte - 1
-            if stored < 0:
-                break
+                    stored = -1  # too many: give up, the union's values come from x
+                else:
+                    support[stored] = seg[64 * g + _trailing_zeros(word)]
+                    stored += 1
+                    word &= word - np.uint64(1)
     return not is_float or bool(worst < inf_bits), stored
 
 
@@ -344,28 +347,38 @@ def union_size(local: Any, agg: Any, n: int) -> int:
 
 
 @_jit
+def _word64(words: Any, w: int, n: int) -> Any:
+    """Bits 64w .. 64w + 63 of a bitmap of 32-bit words, those at n and beyond cleared."""
+    lo = np.uint64(np.uint32(words[2 * w]))
+    hi = np.uint64(np.uint32(words[2 * w + 1])) if 2 * w + 1 < words.size else np.uint64(0)
+    word = lo | (hi << np.uint64(32))
+    if 64 * w + 64 > n:
+        word &= (np.uint64(1) << np.uint64(n - 64 * w)) - np.uint64(1)
+    return word
+
+
+@_jit
 def union_merge(agg: Any, local: Any, n: int, support: Any, union: Any, values: Any) -> None:
     """union = the indices of the bits set among the first n of agg, ascending; values = this
     worker's x there: the next of its non-zeros `support` where its own bitmap `local` has
     the bit (local is a subset of agg), else 0. No pass over x."""
     j = 0
     p = 0
-    full = n // 32
-    for w in range(agg.size):
-        a = np.int64(agg[w]) & 0xFFFFFFFF
-        if w == full:
-            a &= (1 << (n % 32)) - 1
-        own = np.int64(local[w])
+    for w in range(-(-n // 64)):
+        a = _word64(agg, w, n)
+        if a == 0:
+            continue
+        own = _word64(local, w, n)
         while a:
-            b = _lowest_bit(a)
-            union[j] = w * 32 + b
-            if (own >> b) & 1:
+            b = _trailing_zeros(a)
+            union[j] = 64 * w + b
+            if (own >> np.uint64(b)) & np.uint64(1):
                 values[j] = support[p]
                 p += 1
             else:
                 values[j] = 0
             j += 1
-            a &= a - 1
+            a &= a - np.uint64(1)
 
 
 @_jit
@@ -373,17 +386,14 @@ def union_gather(agg: Any, n: int, x: Any, union: Any, values: Any) -> None:
     """union = the indices of the bits set among the first n of agg, ascending; values =
     x[union]."""
     j = 0
-    full = n // 32
-    for w in range(agg.size):
-        a = np.int64(agg[w]) & 0xFFFFFFFF
-        if w == full:
-            a &= (1 << (n % 32)) - 1
+    for w in range(-(-n // 64)):
+        a = _word64(agg, w, n)
         while a:
-            i = w * 32 + _lowest_bit(a)
+            i = 64 * w + _trailing_zeros(a)
             union[j] = i
             values[j] = x[i]
             j += 1
-            a &= a - 1
+            a &= a - np.uint64(1)
 
 
 # ---- sketch: cells and peeling -------------------------------------------------------------
@@ -405,9 +415,9 @@ def sketch_cells(members: Any, seeds: Any, table: int, cells: Any, loads: Any) -
             h ^= h >> np.uint64(33)
             h *= np.uint64(0xC4CEB9FE1A85EC53)
             h ^= h >> np.uint64(33)
-            c = np.int64(((h >> np.uint64(32)) * t) >> np.uint64(32)) + base
-            row[j] = c
-            loads[c] += 1
+            row[j] = np.int64(((h >> np.uint64(32)) * t) >> np.uint64(32)) + base
+        for j in range(row.size):  # apart: the loop above vectorises without this scatter
+            loads[row[j]] += 1
 
 
 @_jit
@@ -433,21 +443,26 @@ def peel(residual: Any, cells: Any, loads: Any, degree_bits: int, values: Any) -
     """sketch.peel's rounds, element by element: PEELED (values filled), STALLED or a CORRUPT_*
     code, the same outcome as the numpy reference on any input, consistent or not.
 
-    residual: the aggregated cells as int64 (consumed); values: u zeros. A round takes the
+    residual: the aggregated cells as int64; values: u zeros. A round takes the
     frontier (the cells the previous round touched, repeats included), finds its pure cells
     (one unresolved member), resolves every member they name at once (the last pure cell of a
     member represents it, and all of them must agree), and subtracts the members from all
     their cells."""
     n_hashes, u = cells.shape
     m = residual.size
-    # per cell: (sum of its unresolved members' ids) << degree_bits | their count
-    key = np.zeros(m, dtype=np.int64)
+    # The outcome does not depend on the order within a round, so the work is laid out for
+    # the cache: per cell [key, residual] side by side, key = (sum of its unresolved members'
+    # ids) << degree_bits | their count; per member its cells side by side.
+    state = np.empty((m, 2), dtype=np.int64)
+    for c in range(m):
+        state[c, 0] = loads[c]
+        state[c, 1] = residual[c]
+    member_cells = np.empty((u, n_hashes), dtype=np.int64)
     for k in range(n_hashes):
         row = cells[k]
         for j in range(u):
-            key[row[j]] += np.int64(j) << degree_bits
-    for c in range(m):
-        key[c] |= loads[c]
+            member_cells[j, k] = row[j]
+            state[row[j], 0] += np.int64(j) << degree_bits
     mask = (np.int64(1) << degree_bits) - 1
     owner = np.empty(u, dtype=np.int64)
     frontier = np.empty(max(m, n_hashes * u), dtype=np.int64)
@@ -463,9 +478,9 @@ def peel(residual: Any, cells: Any, loads: Any, degree_bits: int, values: Any) -
         n_pure = 0
         for p in range(size):
             c = frontier[p]
-            if key[c] & mask == 1:
-                pure_j[n_pure] = key[c] >> degree_bits
-                pure_v[n_pure] = residual[c]
+            if state[c, 0] & mask == 1:
+                pure_j[n_pure] = state[c, 0] >> degree_bits
+                pure_v[n_pure] = state[c, 1]
                 n_pure += 1
         if n_pure == 0:
             return STALLED
@@ -485,19 +500,18 @@ def peel(residual: Any, cells: Any, loads: Any, degree_bits: int, values: Any) -
                 kept += 1
         remaining -= kept
         size = 0
-        for k in range(n_hashes):
-            row = cells[k]
-            for p in range(kept):
-                j = pure_j[p]
-                c = row[j]
-                residual[c] -= pure_v[p]
-                key[c] -= (j << degree_bits) | 1
+        for p in range(kept):
+            j = pure_j[p]
+            v = pure_v[p]
+            values[j] = v
+            for k in range(n_hashes):
+                c = member_cells[j, k]
+                state[c, 0] -= (j << degree_bits) | 1
+                state[c, 1] -= v
                 frontier[size] = c
                 size += 1
-        for p in range(kept):
-            values[pure_j[p]] = pure_v[p]
     for c in range(m):
-        if residual[c] != 0:
+        if state[c, 1] != 0:
             return CORRUPT_RESIDUAL
     return PEELED
 

@@ -224,15 +224,17 @@ def sketch_layout(
     impl: Impl = DEFAULT_IMPL,
 ) -> SketchLayout:
     """The cells of every union member (indices into the full array) for one attempt."""
-    idx = np.asarray(union, dtype=np.int64).astype(np.uint64)
     if table < 1 or table >= 1 << 32:
         raise ValueError(f"table size {table} out of range")
-    cells = np.empty((N_HASHES, idx.size), dtype=np.int64)
     if check_impl(impl) == "numba":
+        members = np.asarray(union, dtype=np.int64).reshape(-1)
+        cells = np.empty((N_HASHES, members.size), dtype=np.int64)
         loads = np.zeros(N_HASHES * table, dtype=np.int64)
         seeds = np.array(hash_seeds(seed, attempt), dtype=np.uint64)
-        _kernels.sketch_cells(idx.reshape(-1), seeds, table, cells, loads)
+        _kernels.sketch_cells(members, seeds, table, cells, loads)
         return SketchLayout(table=table, cells=cells, loads=loads, attempt=attempt)
+    idx = np.asarray(union, dtype=np.int64).astype(np.uint64)
+    cells = np.empty((N_HASHES, idx.size), dtype=np.int64)
     t = np.uint64(table)
     for k, s in enumerate(hash_seeds(seed, attempt)):
         h = _fmix64(idx ^ np.uint64(s))
