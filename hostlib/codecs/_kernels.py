@@ -11,6 +11,8 @@ bit). Conventions, for speed:
 - Inner loops run over slices from index 0 (`seg = a[lo:hi]; for i in range(seg.size)`): with
   `a[lo + i]` numba keeps a negative-index check that stops LLVM from vectorising.
 - No fastmath: it could change results (rint, NaN, signed zeros), and nothing needs it.
+- What numba code cannot ask LLVM for comes from two small intrinsics (LLVM IR written
+  here): count trailing zeros, and non-temporal vector stores for a large fixed-point phase.
 - Outputs are allocated by the callers with numpy (its allocator asks the kernel for huge
   pages on large arrays) and filled here.
 

@@ -475,7 +475,7 @@ class SketchCodec:
                 q: Int32Array = values
             else:
                 s = scale_exponents(exps, n_terms, backoff)
-                q = _quantize_scaled(values, s, zero, bs, impl, None if layout else buf)
+                q = _quantize_scaled(values, s, zero, bs, impl, buf if layout is None else None)
             if layout is not None:
                 cells = encode_sketch(q, layout, impl=impl, out=buf)
                 phase = Phase(Opcode.SUM, cells, f"{name}.cells#{attempt}")
