@@ -28,7 +28,6 @@ uniformly random support of the given density.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +36,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs import (
     FixedPointCodec,
     HomomorphicCodec,
@@ -209,9 +209,9 @@ def union_growth(n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=int, default=1 << 24, help="elements (default 16M)")
-    parser.add_argument("--reps", type=int, default=3, help="best of this many runs")
+    parser = arg.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=arg.ELEMENTS, default=1 << 24, help="elements (default 16M)")
+    parser.add_argument("--reps", type=arg.REPEAT, default=3, help="best of this many runs")
     args = parser.parse_args()
     print(f"numpy {np.__version__}, numba {numba.__version__}, seed {SEED}, workers {N_WORKERS}")
     throughput(args.n, args.reps)

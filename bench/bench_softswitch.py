@@ -13,7 +13,6 @@ Numbers depend on the machine; the run prints its own configuration. Seeds are f
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import platform
@@ -23,9 +22,11 @@ from multiprocessing.synchronize import Event as MpEvent
 import numpy as np
 
 from inaemu.controller.star import Worker, star_job_plan
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
+    MAX_FANIN,
     Endpoint,
     FrameTemplate,
     K,
@@ -85,6 +86,7 @@ def _worker(
     client = InaClient(
         LoopbackWireTransport(port, wire_dir),
         job_id=1,
+        run=1,
         window=WINDOW,
         n_workers=n,
         give_up_after=60,
@@ -131,10 +133,14 @@ def bench_loopback(n: int, chunks: int) -> tuple[float, float, float, int, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--chunks", type=int, default=4000, help="chunks per worker")
-    ap.add_argument("--workers", type=int, nargs="+", default=[4, 8])
-    ap.add_argument("--repeat", type=int, default=3, help="in-process repetitions (best kept)")
+    ap = arg.ArgumentParser(description=__doc__.splitlines()[0])
+    chunks = arg.positive("chunks", arg.MAX_ELEMENTS // K)
+    ap.add_argument("--chunks", type=chunks, default=4000, help="chunks per worker")
+    workers = arg.positive("workers", MAX_FANIN)
+    ap.add_argument("--workers", type=workers, nargs="+", default=[4, 8])
+    ap.add_argument(
+        "--repeat", type=arg.REPEAT, default=3, help="in-process repetitions (best kept)"
+    )
     ap.add_argument("--skip-loopback", action="store_true")
     args = ap.parse_args()
     print(

@@ -6,12 +6,14 @@
 
 Every bucket is summed over the job's workers by `InaClient.allreduce` with the chosen codec and
 divided by the world size, as DDP's default all-reduce hook averages. Making the state starts a
-new run on the client (docs/protocol.md, "Runs and installations"): rank 0 draws a run id and
-broadcasts it over the default process group, so every rank must make its state (a collective
-call, as DDP's own construction is), after `init_process_group`; or pass the same `run` on every
-rank. Buckets are all-reduced in
-the order DDP hands them over, which is the same on every rank; the hook runs synchronously
-(the future it returns is already complete), so the client is never used concurrently.
+new run on the client (docs/protocol.md, "Runs and installations"; the client needs no `run=`
+of its own): rank 0 draws a run id and broadcasts it over the default process group, so every
+rank must make its state (a collective call, as DDP's own construction is), after
+`init_process_group`; or pass the same `run` on every rank, e.g. one from `inaemu job
+new-run`, which never issues one twice (a drawn one repeats the last run's with probability
+2^-16). Buckets are all-reduced in the order DDP hands them over, which is the same on every
+rank; the hook runs synchronously (the future it returns is already complete), so the client
+is never used concurrently.
 Gradients must live on the CPU.
 
 The state takes any client with `InaClient`'s allreduce interface (`AllreduceClient`): the INA
