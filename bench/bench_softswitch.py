@@ -20,7 +20,6 @@ Numbers depend on the machine; the run prints its own configuration. Seeds are f
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import platform
@@ -31,11 +30,13 @@ from multiprocessing.synchronize import Event as MpEvent
 import numpy as np
 
 from inaemu.controller.star import Worker, star_job_plan
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.batch_io import IoCounts
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
     INA_OFFSET,
+    MAX_FANIN,
     Endpoint,
     Flag,
     FrameTemplate,
@@ -152,7 +153,7 @@ def _worker(
 ) -> None:
     x = np.random.default_rng(port).integers(-1000, 1000, size, dtype=np.int32)
     transport = LoopbackWireTransport(port, wire_dir)
-    client = InaClient(transport, job_id=1, window=WINDOW, n_workers=n, give_up_after=60)
+    client = InaClient(transport, job_id=1, run=1, window=WINDOW, n_workers=n, give_up_after=60)
     go.wait()  # every worker ready: process start-up skew is not measured
     start = time.perf_counter()
     client.allreduce_int32(x, Opcode.SUM)
@@ -259,13 +260,20 @@ def report_over_wires(workers: list[int], chunks: int, raw_frames: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--chunks", type=int, default=4000, help="chunks per worker")
-    ap.add_argument("--workers", type=int, nargs="+", default=[4, 8])
-    ap.add_argument("--repeat", type=int, default=3, help="in-process repetitions (best kept)")
+    ap = arg.ArgumentParser(description=__doc__.splitlines()[0])
+    chunks = arg.positive("chunks", arg.MAX_ELEMENTS // K)
+    ap.add_argument("--chunks", type=chunks, default=4000, help="chunks per worker")
+    workers = arg.positive("workers", MAX_FANIN)
+    ap.add_argument("--workers", type=workers, nargs="+", default=[4, 8])
+    ap.add_argument(
+        "--repeat", type=arg.REPEAT, default=3, help="in-process repetitions (best kept)"
+    )
     ap.add_argument("--skip-loopback", action="store_true")
     ap.add_argument(
-        "--raw-frames", type=int, default=20_000, help="frames per worker of the raw ceiling"
+        "--raw-frames",
+        type=arg.positive("raw frames", arg.MAX_ELEMENTS // K),
+        default=20_000,
+        help="frames per worker of the raw ceiling and the hosts' ceiling",
     )
     args = ap.parse_args()
     print(

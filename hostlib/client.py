@@ -29,7 +29,10 @@ congestion window (final, min, mean, max) and the timer (SRTT, RTTVAR, RTO).
 A run is one execution of the job's workers: every worker of a run passes the same `run` id
 (0..65535), and each new run (workers restarted, a job rerun from chunk 0) takes a new one, so
 that the switch tells the new run's chunk 0 from the old run's (docs/protocol.md, "Runs and
-installations"). Launchers draw it once and hand it to every worker.
+installations"). There is no default: a client without one (`run=` or `start_run`) refuses
+to aggregate and says where to get one (`inaemu job new-run`, which never repeats one for an
+installation; the DDP hook state, which shares one over the process group; launchers draw one
+and hand it to every worker).
 
     client = InaClient(LoopbackWireTransport(1, wire_dir), job_id=1, window=64, run=run)
     total = client.allreduce(gradient)                  # fixed-point codec by default
@@ -79,6 +82,16 @@ _RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
 
 class InaError(RuntimeError):
     """Base of the client's errors."""
+
+
+def no_run_message(job_id: int) -> str:
+    """Why a client without a run id refuses, and where to get one."""
+    return (
+        f"job {job_id}: no run id: give every worker of this run the same new one "
+        f"(InaClient(run=...) or start_run), e.g. from `inaemu job new-run -t topology.json "
+        f"--job {job_id}`, or let the DDP hook state share one; a reused one gets the last "
+        "run's sums back, or stalls"
+    )
 
 
 class InaTimeoutError(InaError, TimeoutError):
@@ -325,7 +338,8 @@ class InaClient:
 
     Every worker of a job must make the same sequence of calls with arrays of the same length
     (the chunk numbering and the codecs' phases depend on it), and use the same `run` id, a new
-    one for every run of the job (see the module doc).
+    one for every run of the job (see the module doc): `run=` here, or `start_run` before the
+    first operation (`run=None`: an operation before it raises `InaError`).
 
     `window` is the job's pool (W slots); the congestion window (`cc`, at most W) decides how
     many chunks are in flight, `initial_cwnd` at first; `congestion_control=False` keeps it
@@ -340,7 +354,7 @@ class InaClient:
         window: int,
         n_workers: int | None = None,
         n_trees: int = 1,
-        run: int = 0,
+        run: int | None = None,
         initial_rto: float = 0.1,
         min_rto: float = 0.02,
         max_rto: float = 1.0,
@@ -368,9 +382,10 @@ class InaClient:
         self.give_up_after = give_up_after
         self.on_progress = on_progress  # called with the number of chunks just completed
         self.clock = clock
-        self.run = 0  # this run's id: the top 16 bits of every seq
+        self.run: int | None = None  # this run's id: the top 16 bits of every seq
         self.next_chunk = 0  # chunk number within the run; never restarts (see module doc)
-        self.start_run(run)
+        if run is not None:
+            self.start_run(run)
         self.stats = ClientStats()
         self._tx = 0  # copies sent so far: the transmission number of the next one
 
@@ -428,6 +443,9 @@ class InaClient:
         The mask marks the elements of chunks whose result carried Flag.OVERFLOW (a saturated
         SUM somewhere in that chunk).
         """
+        run = self.run
+        if run is None:
+            raise InaError(no_run_message(self.job_id))
         flat = np.ascontiguousarray(values, dtype=np.int32).reshape(-1)
         n = flat.size
         self.stats.operations += 1
@@ -447,7 +465,7 @@ class InaClient:
             job_id=self.job_id,
             tree_id=slot_index % self.n_trees,
             slot=slot_index | (((chunk_ids // self.window) % 2) * SLOT_SET_BIT),
-            seq=(self.run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
+            seq=(run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
             values=padded.reshape(n_chunks, K),
             lanes=lanes,
         )

@@ -25,6 +25,9 @@ Why this cannot collide or be spoofed:
   `tempfile.mkdtemp`, or a user-named one that must be private and owned by the user; other
   users cannot reach its sockets at all. A name that is taken is refused with what to change;
   a stale path left by a killed process is reused (the check runs under a lock on the dir).
+  A mkdtemp'd dir is marked (`.owner`) and its maker holds a shared `flock` on it while it
+  lives; a marked dir in the temp dir whose lock is free outlived its maker (SIGKILL) and is
+  removed when the next one is made (`remove_stale_wire_dirs`).
 - only the peer gets in: a passive end accepts a connection as its peer's only if it comes
   from a socket bound to the peer's path (the kernel reports the connecting socket's address)
   and no connection from the peer is live. Any other connection (unbound, another path, or a
@@ -81,6 +84,8 @@ from inaemu.hostlib.batch_io import IoCounts
 
 MAX_PATH = 107  # sun_path is 108 bytes with its NUL
 LOCK_NAME = ".lock"
+OWNER_MARK = ".owner"  # in a dir WireDir() made, once its maker holds the dir's flock
+TEMP_PREFIX = "inaemu-wires-"
 HOST_SUFFIX = ".host"
 MAX_FRAME = 9216  # the longest frame a wire carries (jumbo)
 RECORD_HEADER = 2  # bytes of a frame's length (little-endian) in front of it on the stream
@@ -362,6 +367,22 @@ class WireStream:
         return lost
 
 
+WIRE_DIR_ROOM = 16  # bytes a wire dir leaves for its ends' names, e.g. /s1.12.host
+
+
+def check_wire_dir_path(path: str | os.PathLike[str]) -> str:
+    """`path` made absolute (`realpath`) if it leaves room for the socket paths of the wire
+    ends in it; WireError saying so otherwise. Creates nothing."""
+    real = os.path.realpath(os.fspath(path))
+    if len(os.fsencode(real)) + WIRE_DIR_ROOM > MAX_PATH:
+        raise WireError(
+            errno.ENAMETOOLONG,
+            f"wire dir {real} is too long for socket paths "
+            f"(at most {MAX_PATH - WIRE_DIR_ROOM} bytes): pick a shorter one",
+        )
+    return real
+
+
 class WireDir:
     """The private directory of wire ends.
 
@@ -371,11 +392,24 @@ class WireDir:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        # room for ends such as s1.12.host; each end's path is checked again in end_path
+        self._owner_fd: int | None = None
         if path is None:
-            self.path = os.path.realpath(tempfile.mkdtemp(prefix="inaemu-wires-"))
+            remove_stale_wire_dirs()
+            self.path = os.path.realpath(tempfile.mkdtemp(prefix=TEMP_PREFIX))
             self.owned = True
+            try:
+                check_wire_dir_path(self.path)
+            except WireError:
+                os.rmdir(self.path)  # $TMPDIR is too long: leave nothing behind
+                raise
+            # the lock first, then the mark: a marked dir whose lock is free has no maker
+            self._owner_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fcntl.flock(self._owner_fd, fcntl.LOCK_SH)
+            with open(os.path.join(self.path, OWNER_MARK), "x"):
+                pass
         else:
-            self.path = os.path.realpath(os.fspath(path))
+            self.path = check_wire_dir_path(path)  # before anything is made
             self.owned = False
             if create:
                 try:
@@ -387,13 +421,6 @@ class WireDir:
                         exc.errno, f"cannot make wire dir {self.path}: {exc.strerror}"
                     ) from None
             self._check_private()
-        # room for ends such as s1.12.host; each end's path is checked again in end_path
-        if len(os.fsencode(self.path)) + 16 > MAX_PATH:
-            raise WireError(
-                errno.ENAMETOOLONG,
-                f"wire dir {self.path} is too long for socket paths "
-                f"(at most {MAX_PATH - 16} bytes): pick a shorter one",
-            )
 
     def _check_private(self) -> None:
         try:
@@ -485,6 +512,37 @@ class WireDir:
         """Remove the directory if this object made it."""
         if self.owned:
             shutil.rmtree(self.path, ignore_errors=True)
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
+
+
+def remove_stale_wire_dirs(root: str | None = None) -> None:
+    """Remove this user's wire dirs in `root` (the temp dir) that `WireDir()` made for a
+    process that is gone: marked, and nobody holds their lock."""
+    root = root or tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(TEMP_PREFIX):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or not os.path.exists(
+                os.path.join(entry.path, OWNER_MARK)
+            ):
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:  # its maker lives (EWOULDBLOCK)
+            pass
+        finally:
+            os.close(fd)
 
 
 def _alive(path: str) -> bool:

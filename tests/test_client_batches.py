@@ -37,6 +37,7 @@ def exchange(n_chunks: int, sent_at: list[float], n_trees: int, lost: list[int])
     client = InaClient(
         Nowhere(),
         job_id=3,
+        run=0,
         window=WINDOW,
         n_trees=n_trees,
         initial_cwnd=WINDOW,

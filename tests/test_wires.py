@@ -149,7 +149,7 @@ def test_forged_frames_are_dropped_and_counted_while_old_udp_ports_are_held(
             install_star(sw, 1, ws, pool=window)
             transports = [LoopbackWireTransport(w.port, wire_dir) for w in ws]
             clients = [
-                InaClient(t, job_id=1, window=window, initial_rto=0.05, give_up_after=30)
+                InaClient(t, job_id=1, run=1, window=window, initial_rto=0.05, give_up_after=30)
                 for t in transports
             ]
             forged = {
@@ -239,7 +239,8 @@ def test_a_rebound_host_end_cannot_take_over_a_live_wire() -> None:
             for f in forged:
                 thief.sendto(f, port_path)
         clients = [
-            InaClient(t, job_id=1, window=4, initial_rto=0.05, give_up_after=3) for t in transports
+            InaClient(t, job_id=1, run=1, window=4, initial_rto=0.05, give_up_after=3)
+            for t in transports
         ]
         results = run_threads(
             [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
@@ -295,7 +296,9 @@ def test_a_killed_host_is_replaced_at_once_and_a_restarted_switch_retaken(
             child.wait(10)
             start = time.monotonic()
             transports = [LoopbackWireTransport(w.port, wire_dir) for w in ws]
-            clients = [InaClient(t, job_id=1, window=4, initial_rto=0.05) for t in transports]
+            clients = [
+                InaClient(t, job_id=1, run=1, window=4, initial_rto=0.05) for t in transports
+            ]
             results = run_threads(
                 [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
             )
@@ -448,7 +451,7 @@ def test_switch_wire_dir_is_private_made_race_free_and_removed() -> None:
         for d in dirs:
             st = os.stat(d)
             assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
-            assert sorted(os.listdir(d)) == [".lock", "s1.1", "s1.2"]
+            assert sorted(os.listdir(d)) == [".lock", ".owner", "s1.1", "s1.2"]
     finally:
         a.stop()
         b.stop()
@@ -531,6 +534,7 @@ def test_three_softswitches_linked_port_to_port_sum_exactly() -> None:
             InaClient(
                 LoopbackWireTransport(port, wires, switch_name=leaf),
                 job_id=1,
+                run=1,
                 window=4,
                 initial_rto=0.05,
             )
@@ -555,13 +559,15 @@ def test_three_softswitches_linked_port_to_port_sum_exactly() -> None:
         wires.cleanup()
 
 
-def softswitch(*args: str) -> subprocess.Popen[str]:
+def softswitch(*args: str, tmpdir: Path | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
     return subprocess.Popen(
         [sys.executable, "-m", "inaemu.softswitch", "--grpc", "127.0.0.1:0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        env=env,
     )
 
 
@@ -570,6 +576,33 @@ def ready_fields(proc: subprocess.Popen[str]) -> dict[str, str]:
     line = proc.stdout.readline().split()
     assert line and line[0] == "READY", line
     return dict(kv.split("=", 1) for kv in line[1:])
+
+
+def test_wire_dir_of_a_killed_softswitch_is_removed_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL leaves a softswitch's own wire dir behind; the next softswitch (or any new
+    private wire dir) removes it, and never the dir of one that is alive."""
+    other_user_like = tmp_path / "inaemu-wires-unmarked"  # not made by WireDir(): left alone
+    other_user_like.mkdir(mode=0o700)
+    killed = softswitch("--wires", "1-2", tmpdir=tmp_path)
+    alive = softswitch("--wires", "1", tmpdir=tmp_path)
+    try:
+        stale, live = ready_fields(killed)["wire_dir"], ready_fields(alive)["wire_dir"]
+        assert Path(stale).parent == tmp_path == Path(live).parent
+        killed.kill()
+        killed.wait(10)
+        assert os.path.isdir(stale)  # nobody cleaned up after it
+        nxt = softswitch("--wires", "1", tmpdir=tmp_path)
+        try:
+            fresh = ready_fields(nxt)["wire_dir"]
+            assert not os.path.exists(stale)
+            assert os.path.isdir(live) and os.path.isdir(fresh) and other_user_like.is_dir()
+        finally:
+            nxt.terminate()
+            nxt.wait(10)
+    finally:
+        for proc in (killed, alive):
+            proc.kill()
+            proc.wait(10)
 
 
 def test_two_softswitch_processes_linked_by_the_cli_run_a_job(tmp_path: Path) -> None:
@@ -616,7 +649,7 @@ def test_two_softswitch_processes_linked_by_the_cli_run_a_job(tmp_path: Path) ->
                 LoopbackWireTransport(2, wires, switch_name="s2"),
             ]
             clients = [
-                InaClient(t, job_id=1, window=8, initial_rto=0.05, give_up_after=30)
+                InaClient(t, job_id=1, run=1, window=8, initial_rto=0.05, give_up_after=30)
                 for t in transports
             ]
             xs = [np.arange(20 * K, dtype=np.int32) * (r + 1) for r in range(2)]
@@ -644,7 +677,7 @@ def test_softswitch_default_wire_dir_is_removed_at_exit() -> None:
         assert proc.stdout is not None
         fields = dict(kv.split("=", 1) for kv in proc.stdout.readline().split()[1:])
         wire_dir = fields["wire_dir"]
-        assert sorted(os.listdir(wire_dir)) == [".lock", "s1.1", "s1.2"]
+        assert sorted(os.listdir(wire_dir)) == [".lock", ".owner", "s1.1", "s1.2"]
         assert stat.S_IMODE(os.stat(wire_dir).st_mode) == 0o700
     finally:
         proc.terminate()
