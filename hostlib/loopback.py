@@ -32,7 +32,8 @@ Why this cannot collide or be spoofed:
   from a socket bound to the peer's path (the kernel reports the connecting socket's address)
   and no connection from the peer is live. Any other connection (unbound, another path, or a
   second one while the peer's is live) is foreign: its frames are read, dropped and counted in
-  `rx_foreign`, never handed on. An active end listens to nobody: other sockets cannot reach
+  `rx_foreign`, never handed on (a port reads 16 foreign connections at once; more are closed
+  unread and counted once each). An active end listens to nobody: other sockets cannot reach
   it at all (the kernel refuses a connection to a socket that is not listening).
 - a live wire cannot be taken over: the connection, not the path, is the wire. A process of
   the same user can unlink a live end's path and bind its own socket there, but the passive
