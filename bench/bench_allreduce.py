@@ -9,21 +9,24 @@ and retransmissions. Seeds are fixed; numbers depend on the machine (printed fir
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 
 import numpy as np
 
 from inaemu.controller.demo import DemoOptions, run_demo
+from inaemu.hostlib import args as arg
+from inaemu.hostlib.wire import MAX_FANIN
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=1_000_000)
-    ap.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
+    ap = arg.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=arg.ELEMENTS, default=1_000_000)
+    ap.add_argument(
+        "--workers", type=arg.positive("workers", MAX_FANIN), nargs="+", default=[2, 4, 8]
+    )
     ap.add_argument("--codec", default="fixedpoint")
-    ap.add_argument("--density", type=float, default=1.0)
+    ap.add_argument("--density", type=arg.DENSITY, default=1.0)
     args = ap.parse_args()
     print(
         f"# allreduce benchmark: {args.size:,} elements/worker, codec {args.codec}, "

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import statistics
@@ -29,6 +28,7 @@ import numpy.typing as npt
 from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule
 from inaemu.controller.topology import star
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND
 from inaemu.hostlib.collective.executor import (
     InceptionnCodec,
@@ -115,16 +115,26 @@ def tcp_run(schedule: Schedule, size: int, codec: str, repeat: int) -> tuple[flo
     return statistics.median(slowest), int(lines[0][-1]["bytes_sent"])
 
 
+RANKS = arg.Integer(2, 64, "a number of ranks")  # worker processes on this machine
+
+
+def rank_counts(text: str) -> list[int]:
+    """'4,8' -> [4, 8], each a `RANKS`."""
+    return [RANKS(n) for n in text.split(",")]
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--size", type=int, default=1_000_000, help="float32 per rank")
-    ap.add_argument("--ranks", default="4,8", help="rank counts for the error table")
-    ap.add_argument("--tcp-ranks", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap = arg.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--size", type=arg.ELEMENTS, default=1_000_000, help="float32 per rank")
+    ap.add_argument(
+        "--ranks", type=rank_counts, default=[4, 8], help="rank counts for the error table"
+    )
+    ap.add_argument("--tcp-ranks", type=RANKS, default=4)
+    ap.add_argument("--repeat", type=arg.REPEAT, default=5)
     ap.add_argument("--only", choices=("errors", "tcp"), help="one of the two parts")
     args = ap.parse_args()
     if args.only != "tcp":
-        error_table([int(n) for n in args.ranks.split(",")], args.size, DEFAULT_ERROR_BOUND)
+        error_table(args.ranks, args.size, DEFAULT_ERROR_BOUND)
     if args.only == "errors":
         return
     n = args.tcp_ranks

@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # tests.netns: the namespaces and switch launchers
     sys.path.insert(0, str(ROOT))
 
+from inaemu.hostlib import args as arg  # noqa: E402
 from inaemu.hostlib.wire import (  # noqa: E402
     MAX_RUN,
     RUN_SHIFT,
@@ -378,7 +379,7 @@ def run_allreduce(
         argv = [sys.executable, *([args.worker] if args.worker else ["-m", WORKER_MODULE])]
         argv += ["--job", str(ALLREDUCE_JOB)]
         argv += ["--workers", str(N_WORKERS), "--rank", str(rank), "--local-ip", host.ip]
-        argv += ["--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
+        argv += ["--mac", host.mac, "--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
         argv += ["--size", str(args.size), "--seed", str(seed), "--codec", "fixedpoint"]
         argv += ["--window", str(args.window), "--run", str(run), "--timeout", "60"]
         argv += ["--start-at", f"{start_at:.6f}"]
@@ -479,17 +480,19 @@ def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arg.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sub = ap.add_subparsers(dest="command")
     cw = sub.add_parser("capacity-worker", help="(internal) a paced sender, in a host")
-    cw.add_argument("--job", type=int, required=True)
-    cw.add_argument("--pool", type=int, required=True)
+    cw.add_argument("--job", type=arg.JOB_ID, required=True)
+    cw.add_argument("--pool", type=arg.WINDOW, required=True)
     cw.add_argument("--local-ip", required=True)
     cw.add_argument("--switch-ip", required=True)
     cw.add_argument("--switch-mac", required=True)
-    ap.add_argument("--size", type=int, default=1_000_000, help="float32 elements per worker")
-    ap.add_argument("--repeat", type=int, default=3, help="allreduces per switch")
-    ap.add_argument("--window", type=int, default=64, help="the job's pool (the window)")
+    ap.add_argument(
+        "--size", type=arg.ELEMENTS, default=1_000_000, help="float32 elements per worker"
+    )
+    ap.add_argument("--repeat", type=arg.REPEAT, default=3, help="allreduces per switch")
+    ap.add_argument("--window", type=arg.WINDOW, default=64, help="the job's pool (the window)")
     ap.add_argument("--switch", nargs="+", default=["softswitch", "bmv2"])
     ap.add_argument("--fixed-window", action="store_true", help="workers without cwnd")
     ap.add_argument(
@@ -499,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also the capacity for paced senders in all hosts (default on)",
     )
     ap.add_argument("--bmv2-log-level", default="off", help="simple_switch_grpc -L")
-    ap.add_argument("--start-delay", type=float, default=2.5, help="seconds to start workers")
+    ap.add_argument("--start-delay", type=arg.SECONDS, default=2.5, help="seconds to start workers")
     ap.add_argument(
         "--worker",
         help=f"run this script as the worker instead of -m {WORKER_MODULE} (to compare "

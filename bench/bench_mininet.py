@@ -28,7 +28,6 @@ bmv2 is skipped with the reason when it is not installed. The defaults take 3-6 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from inaemu.hostlib import args as arg  # noqa: E402
 from inaemu.hostlib.wire import FRAME_BYTES, K  # noqa: E402
 
 PAYLOAD_BYTES = 4 * K  # int32 lanes per frame
@@ -120,13 +120,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench(argv: list[str] | None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arg.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--topo", nargs="+", default=["star:4", "leaf-spine:2x2x2"])
     ap.add_argument("--switch", nargs="+", default=["softswitch", "bmv2"])
-    ap.add_argument("--seconds", type=float, default=4.0, help="M * 8 / bw of a shaped run")
-    ap.add_argument("--share", type=float, default=0.5, help="bw = share x the switch's limit")
-    ap.add_argument("--probe-size", type=int, default=256 * 1024, help="elements, unshaped run")
-    ap.add_argument("--repeat", type=int, default=2, help="shaped runs per topology and switch")
+    ap.add_argument("--seconds", type=arg.SECONDS, default=4.0, help="M * 8 / bw of a shaped run")
+    share = arg.Real(0.0, 1.0, "a share", lo_open=True)
+    ap.add_argument("--share", type=share, default=0.5, help="bw = share x the switch's limit")
+    ap.add_argument(
+        "--probe-size", type=arg.ELEMENTS, default=256 * 1024, help="elements, unshaped run"
+    )
+    ap.add_argument(
+        "--repeat", type=arg.REPEAT, default=2, help="shaped runs per topology and switch"
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_mininet skipped: Mininet needs root")

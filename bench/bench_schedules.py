@@ -10,7 +10,6 @@ work, once per algorithm: it should stay within seconds for 64 ranks.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from inaemu.collectives.algorithms import ALGORITHMS
@@ -18,18 +17,19 @@ from inaemu.collectives.check import check
 from inaemu.collectives.routes import FlowRoutes
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.topology import from_spec
+from inaemu.hostlib import args as arg
 
 SIZE = 100_000_000
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arg.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--topo",
         action="append",
         help="topology specs (default torus:8x8, bigraph:8x8, bigraph:8x16, mesh:8x8)",
     )
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=arg.REPEAT, default=3)
     args = ap.parse_args()
     specs = args.topo or ["torus:8x8", "bigraph:8x8", "bigraph:8x16", "mesh:8x8"]
     print(

@@ -1,6 +1,12 @@
-"""The host collectives by name: what builds each schedule, on which kinds of topology it
-runs, and where it promises to be contention-free (at most one flow on any directed link in
-any step, which `check.check` then asserts).
+"""The host collectives by name: what builds each schedule, the rank order it chooses, on
+which kinds of topology it runs, and where it promises to be contention-free (at most one flow
+on any directed link in any step, which `check.check` then asserts).
+
+Every runner that puts algorithms side by side (`inaemu demo --algo`, `inaemu mininet
+--algo`, the benchmarks) takes each algorithm's schedule from `Algorithm.schedule_among`: its
+own rank order over the workers (the ring's snake along a torus's rows, HDRM's mapping, ...),
+the schedule `inaemu schedule` checks. Only a user who names the workers in rank order
+(`inaemu schedule --workers`) overrides it.
 
 Kinds come from the switches' roles (`topology_kind`): the built-in builders' star,
 leaf-spine, fat-tree, bigraph, torus and mesh; any other topology is `custom`.
@@ -10,12 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from inaemu.collectives import halving_doubling, hdrm, multitree, ring
+from inaemu.collectives import halving_doubling, hdrm, multitree, ps, ring
+from inaemu.collectives.routes import ALL_PORTS, check_node_ports
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.topology import Topology
 
-Builder = Callable[[Topology, Sequence[str] | None], Schedule]
+
+class Builder(Protocol):
+    """A module's `schedule(topo, hosts=None, *, node_ports)`: hosts in rank order, None for
+    the algorithm's own order over every host."""
+
+    def __call__(
+        self, topo: Topology, hosts: Sequence[str] | None = None, *, node_ports: str = ...
+    ) -> Schedule: ...
+
+
+# a module's `order(topo, among)`: the workers `among` (every host if None) in its own order
+Order = Callable[[Topology, Sequence[str] | None], list[str]]
 
 KINDS = ("star", "leaf-spine", "fat-tree", "bigraph", "torus", "mesh", "custom")
 
@@ -40,18 +59,39 @@ class Algorithm:
     name: str
     title: str
     build: Builder
+    order: Order
     supports: frozenset[str]  # topology kinds
     contention_free: frozenset[str]  # kinds where it promises one flow per link per step
 
-    def schedule(self, topo: Topology, hosts: Sequence[str] | None = None) -> Schedule:
-        """The schedule on `topo`; `ScheduleError` if the algorithm does not support it."""
+    def schedule(
+        self,
+        topo: Topology,
+        hosts: Sequence[str] | None = None,
+        *,
+        node_ports: str = ALL_PORTS,
+    ) -> Schedule:
+        """The schedule on `topo` over `hosts` in that rank order (None: every host, in the
+        algorithm's own order), under the node model `node_ports` (`routes`);
+        `ScheduleError` if the algorithm does not support the topology."""
+        self._supported(topo)
+        return self.build(topo, hosts, node_ports=check_node_ports(node_ports))
+
+    def schedule_among(
+        self, topo: Topology, workers: Sequence[str], *, node_ports: str = ALL_PORTS
+    ) -> Schedule:
+        """The schedule over exactly `workers`, whatever order they come in, in the
+        algorithm's own rank order (`order`): with every host, the schedule `inaemu schedule`
+        checks. What the side-by-side runners run."""
+        self._supported(topo)
+        return self.schedule(topo, self.order(topo, workers), node_ports=node_ports)
+
+    def _supported(self, topo: Topology) -> None:
         kind = topology_kind(topo)
         if kind not in self.supports:
             raise ScheduleError(
                 f"{self.name} does not run on a {kind} topology; it supports "
                 + ", ".join(k for k in KINDS if k in self.supports)
             )
-        return self.build(topo, hosts)
 
     def promises(self, topo: Topology) -> bool:
         return topology_kind(topo) in self.contention_free
@@ -66,6 +106,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             "ring",
             "ring reduce-scatter + all-gather (INCEPTIONN, MICRO'18)",
             ring.schedule,
+            ring.order,
             _EVERY,
             frozenset({"star"}),
         ),
@@ -73,6 +114,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             "hd",
             "halving-doubling, Rabenseifner (any n: fold-in of the extra ranks)",
             halving_doubling.schedule,
+            halving_doubling.order,
             _EVERY,
             frozenset({"star"}),
         ),
@@ -80,6 +122,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             "hdrm",
             "halving-doubling with EFLOPS' rank mapping on BiGraph (HPCA'20)",
             hdrm.schedule,
+            hdrm.order,
             frozenset({"bigraph"}),
             frozenset({"bigraph"}),
         ),
@@ -87,8 +130,17 @@ ALGORITHMS: dict[str, Algorithm] = {
             "multitree",
             "one tree per rank, grown under per-step link constraints (MULTITREE, ISCA'21)",
             multitree.schedule,
+            multitree.order,
             _EVERY,
             _EVERY,
+        ),
+        Algorithm(
+            "ps",
+            "worker-aggregator: push to one aggregator, pull the sum (INCEPTIONN's baseline)",
+            ps.schedule,
+            ps.order,
+            _EVERY,
+            frozenset(),
         ),
     )
 }

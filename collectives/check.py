@@ -16,13 +16,17 @@ of the first of these faults:
 So a dropped transfer (something never arrives) and a duplicated one (counted twice, or
 wasted) are both caught.
 
-`measure` routes every transfer over the topology (`routes.FlowRoutes`) and reports, for an
-array of `size` bytes: the steps, the bytes each host sends (max and mean over the ranks), the
-most flows on any directed link in any step (a flow is a (source, destination) pair of a step:
-transfers between one pair in one step travel together) and the total link-bytes (bytes times
-links crossed, over the links that can be contended: see `routes`). `check` does both and
-refuses a schedule that is promised contention-free (at most one flow per link per step) but
-is not.
+`measure` routes every transfer over the topology (`routes.FlowRoutes`, under its node model)
+and reports, for an array of `size` bytes: the steps, the bytes each host sends (max and mean
+over the ranks), the most flows on any directed link in any step (a flow is a (source,
+destination) pair of a step: transfers between one pair in one step travel together; the
+flows per link of every step are `step_loads`) and the total link-bytes (bytes times links
+crossed, over the links that can be contended: see `routes`). Given a `LinkModel`, it also
+predicts the time (alpha-beta): every step costs alpha plus the time its busiest link needs,
+the bytes the step puts on that link over the link's bandwidth (one network link's, times
+`FlowRoutes.capacity`: a torus node's host link under node model `all` carries its network
+ports' bandwidth together). `check` does both and refuses a schedule that is promised
+contention-free (at most one flow per link per step) but is not.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inaemu.collectives.routes import FlowRoutes, Link
+from inaemu.collectives.routes import ALL_PORTS, FlowRoutes, Link
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer, chunk_bounds
 from inaemu.controller.topology import Topology
 
@@ -118,6 +122,54 @@ def simulate(sched: Schedule) -> None:
 
 
 @dataclass(frozen=True)
+class LinkModel:
+    """The alpha-beta model of `measure`'s prediction."""
+
+    bw: float  # bytes per second of one network link
+    alpha: float = 0.0  # seconds every step costs on top of its bytes
+
+    def __post_init__(self) -> None:
+        if not (self.bw > 0 and self.alpha >= 0):
+            raise ValueError(f"link model: bw {self.bw} must be > 0, alpha {self.alpha} >= 0")
+
+
+def step_loads(sched: Schedule, routes: FlowRoutes) -> list[Counter[Link]]:
+    """For every step: the flows (distinct source-destination pairs) on each directed link
+    on which flows can contend (`FlowRoutes.contended_links`)."""
+    loads = []
+    for step in sched.steps:
+        load: Counter[Link] = Counter()
+        for src, dst in sorted({(t.src, t.dst) for t in step}):
+            load.update(routes.contended_links(sched.hosts[src], sched.hosts[dst]))
+        loads.append(load)
+    return loads
+
+
+def step_bytes(sched: Schedule, routes: FlowRoutes, size: int) -> list[Counter[Link]]:
+    """For every step: the bytes each directed link carries (host links included), for an
+    array of `size` bytes."""
+    bounds = chunk_bounds(size, sched.n_chunks)
+    out = []
+    for step in sched.steps:
+        nbytes: Counter[Link] = Counter()
+        for t in step:
+            moved = bounds[t.hi - 1][1] - bounds[t.lo][0]
+            for link in routes.links(sched.hosts[t.src], sched.hosts[t.dst]):
+                nbytes[link] += moved
+        out.append(nbytes)
+    return out
+
+
+def predict_seconds(sched: Schedule, routes: FlowRoutes, size: int, model: LinkModel) -> float:
+    """The alpha-beta time of `sched` for an array of `size` bytes (module docstring)."""
+    total = 0.0
+    for nbytes in step_bytes(sched, routes, size):
+        busiest = max((b / routes.capacity(lk) for lk, b in nbytes.items()), default=0.0)
+        total += model.alpha + busiest / model.bw
+    return total
+
+
+@dataclass(frozen=True)
 class Measures:
     """What one schedule costs on one topology, for an array of `size` bytes."""
 
@@ -133,6 +185,8 @@ class Measures:
     busiest: tuple[int, Link] | None  # (step, link) where that happens first
     link_bytes: int  # bytes times contended links crossed, summed over the transfers
     promised: bool  # the registry promises at most one flow per link per step
+    node_ports: str = ALL_PORTS  # the node model it was measured under (`routes`)
+    seconds: float | None = None  # the alpha-beta prediction, given a LinkModel
 
     @property
     def contention_free(self) -> bool:
@@ -147,27 +201,23 @@ def measure(
     topology: str = "",
     promised: bool = False,
     routes: FlowRoutes | None = None,
+    model: LinkModel | None = None,
 ) -> Measures:
     """Route every transfer of `sched` over `topo` and measure it (see the module's
-    docstring) for an array of `size` bytes."""
+    docstring) for an array of `size` bytes; `routes` brings the node model (default:
+    `FlowRoutes(topo)`, node model `all`)."""
     if size < 0:
         raise ValueError(f"size {size}: a number of bytes >= 0")
     routes = routes or FlowRoutes(topo)
     bounds = chunk_bounds(size, sched.n_chunks)
     sent = [0] * sched.n_ranks
     link_bytes = 0
+    for _, t in sched.transfers():
+        nbytes = bounds[t.hi - 1][1] - bounds[t.lo][0]
+        sent[t.src] += nbytes
+        link_bytes += nbytes * len(routes.contended_links(sched.hosts[t.src], sched.hosts[t.dst]))
     max_flows, busiest = 0, None
-    for i, step in enumerate(sched.steps):
-        flows: set[tuple[int, int]] = set()
-        for t in step:
-            nbytes = bounds[t.hi - 1][1] - bounds[t.lo][0]
-            sent[t.src] += nbytes
-            links = routes.contended_links(sched.hosts[t.src], sched.hosts[t.dst])
-            link_bytes += nbytes * len(links)
-            flows.add((t.src, t.dst))
-        load: Counter[Link] = Counter()
-        for src, dst in sorted(flows):
-            load.update(routes.contended_links(sched.hosts[src], sched.hosts[dst]))
+    for i, load in enumerate(step_loads(sched, routes)):
         if load:
             link, most = load.most_common(1)[0]
             if most > max_flows:
@@ -185,6 +235,8 @@ def measure(
         busiest=busiest,
         link_bytes=link_bytes,
         promised=promised,
+        node_ports=routes.node_ports,
+        seconds=None if model is None else predict_seconds(sched, routes, size, model),
     )
 
 
@@ -196,11 +248,12 @@ def check(
     topology: str = "",
     promised: bool = False,
     routes: FlowRoutes | None = None,
+    model: LinkModel | None = None,
 ) -> Measures:
     """`simulate`, then `measure`; `ScheduleError` also if `promised` (contention-free) does
     not hold."""
     simulate(sched)
-    m = measure(sched, topo, size, topology=topology, promised=promised, routes=routes)
+    m = measure(sched, topo, size, topology=topology, promised=promised, routes=routes, model=model)
     if promised and not m.contention_free and m.busiest is not None:
         step, (a, b) = m.busiest
         raise ScheduleError(
@@ -224,6 +277,7 @@ TABLE_HEADER = (
     "sent/host mean",
     "max flows/link",
     "link-bytes",
+    "model s",
     "contention-free",
 )
 
@@ -240,6 +294,7 @@ def table_row(m: Measures) -> tuple[str, ...]:
         _mb(m.sent_mean),
         str(m.max_flows),
         _mb(m.link_bytes),
+        "-" if m.seconds is None else f"{m.seconds:.4f}",
         f"{free} (promised)" if m.promised else free,
     )
 
@@ -248,7 +303,7 @@ def render_table(rows: Sequence[tuple[str, ...]]) -> str:
     """Rows under `TABLE_HEADER` as aligned text (text columns left, numbers right)."""
     every = [TABLE_HEADER, *rows]
     widths = [max(len(r[i]) for r in every) for i in range(len(TABLE_HEADER))]
-    left = {0, 1, 9}
+    left = {0, 1, len(TABLE_HEADER) - 1}
     lines = []
     for row in every:
         cells = [

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inaemu.collectives.routes import host_order, worker_hosts
+from inaemu.collectives.routes import ALL_PORTS, host_order, own_order, worker_hosts
 from inaemu.collectives.schedule import Op, Schedule, Step, Transfer
 from inaemu.controller.topology import Topology
 
@@ -65,8 +65,17 @@ def hd_steps(n: int) -> tuple[int, tuple[Step, ...]]:
     return p, (fold_in, *halving, *doubling, fold_out)
 
 
-def schedule(topo: Topology, hosts: Sequence[str] | None = None) -> Schedule:
-    """Halving-doubling over `hosts` (rank order; default the topology's host order)."""
-    order = worker_hosts(topo, hosts, host_order(topo))
-    n_chunks, steps = hd_steps(len(order))
-    return Schedule("hd", order, n_chunks, steps).validate()
+def order(topo: Topology, among: Sequence[str] | None = None) -> list[str]:
+    """Halving-doubling's own rank order over the workers `among` (default every host): the
+    topology's host order."""
+    return own_order(topo, host_order(topo), among)
+
+
+def schedule(
+    topo: Topology, hosts: Sequence[str] | None = None, *, node_ports: str = ALL_PORTS
+) -> Schedule:
+    """Halving-doubling over `hosts` (rank order; default: `order`). The node model does not
+    change it."""
+    ranks = worker_hosts(topo, hosts, order(topo))
+    n_chunks, steps = hd_steps(len(ranks))
+    return Schedule("hd", ranks, n_chunks, steps).validate()

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inaemu.collectives.halving_doubling import hd_steps
+from inaemu.collectives.routes import ALL_PORTS, own_order
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.topology import Topology
 
@@ -116,14 +117,23 @@ def rank_hosts(shape: BiGraphShape) -> tuple[str, ...]:
     return tuple(order)
 
 
-def schedule(topo: Topology, hosts: Sequence[str] | None = None) -> Schedule:
+def order(topo: Topology, among: Sequence[str] | None = None) -> list[str]:
+    """HDRM's rank order (`rank_hosts`) over the workers `among` (default every host; HDRM
+    itself runs only on all of them)."""
+    return own_order(topo, rank_hosts(bigraph_shape(topo)), among)
+
+
+def schedule(
+    topo: Topology, hosts: Sequence[str] | None = None, *, node_ports: str = ALL_PORTS
+) -> Schedule:
     """HDRM on the BiGraph `topo`. HDRM chooses the rank order itself; `hosts`, if given,
-    must name every host of the topology (in any order)."""
-    order = rank_hosts(bigraph_shape(topo))
-    if hosts is not None and sorted(hosts) != sorted(order):
+    must name every host of the topology (in any order). A BiGraph has no direct nodes: the
+    node model does not change it."""
+    ranks = rank_hosts(bigraph_shape(topo))
+    if hosts is not None and sorted(hosts) != sorted(ranks):
         raise ScheduleError(
             "hdrm runs on every host of the BiGraph in its own rank order: leave --workers "
             "out, or name all of them"
         )
-    n_chunks, steps = hd_steps(len(order))
-    return Schedule("hdrm", order, n_chunks, steps).validate()
+    n_chunks, steps = hd_steps(len(ranks))
+    return Schedule("hdrm", ranks, n_chunks, steps).validate()

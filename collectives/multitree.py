@@ -15,11 +15,15 @@ NIC sends at most once and receives at most once.
 
 Who u may send to:
 
-- torus and mesh (direct networks: every switch is its host's own router, `routes`): only
-  its neighbours, one link away, as in the paper. Every link of every node can be busy at
-  once, so a tree can add up to 4 ranks per step through one node.
-- every other topology: any rank, along the topology's route (`routes.FlowRoutes`), the same
-  link constraint applied to every link of the route. Nearer ranks first: a step first lets
+- torus and mesh (direct networks: every switch is its host's own router, `routes`) under
+  node model `all` (the default, the paper's: a node drives all its network links at once):
+  only its neighbours, one link away, as in the paper. Every link of every node can be busy
+  at once, so a tree can add up to 4 ranks per step through one node.
+- every other topology, and a torus or mesh under node model `1` (one interface per node,
+  its host link, which then contends like a NIC): any rank, along the topology's route
+  (`routes.FlowRoutes`), the same link constraint applied to every link of the route, the
+  node's host link included (so a node sends at most once per step there, as a host with one
+  NIC does on a switched network). Nearer ranks first: a step first lets
   the trees take turns over flows of the fewest links only (e.g. within one switch), then
   allows the next longer ones, and so on (without this, long detours such as a BiGraph's
   paths within one part take links that shorter flows of other trees could use: 52 instead
@@ -35,7 +39,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inaemu.collectives.routes import FlowRoutes, Link, host_order, worker_hosts
+from inaemu.collectives.routes import (
+    ALL_PORTS,
+    FlowRoutes,
+    Link,
+    host_order,
+    own_order,
+    worker_hosts,
+)
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Step, Transfer
 from inaemu.controller.topology import Topology
 
@@ -46,9 +57,12 @@ def _candidates(
     order: tuple[str, ...], routes: FlowRoutes
 ) -> list[list[tuple[int, tuple[int, ...]]]]:
     """For every rank u: the ranks it may send to, with the ids of the links the flow
-    contends on, in order of preference (see the module's docstring)."""
+    contends on, in order of preference (see the module's docstring). The ids cover both
+    the flow u -> v (the all-gather's step) and v -> u (the reduce-scatter's mirror step),
+    each in its own id space: where a route back is not the route there reversed, the
+    reduce-scatter's flows must not share a link either."""
     n = len(order)
-    ids: dict[Link, int] = {}
+    ids: dict[tuple[int, Link], int] = {}
     direct = all(routes.internal((h, routes.home(h))) for h in order)
     out = []
     for u in range(n):
@@ -56,10 +70,14 @@ def _candidates(
         for v in range(n):
             if v == u:
                 continue
-            links = routes.contended_links(order[u], order[v])
             if direct and routes.hops(order[u], order[v]) != 1:
                 continue
-            lids = tuple(ids.setdefault(lk, len(ids)) for lk in links)
+            there = routes.contended_links(order[u], order[v])
+            back = routes.contended_links(order[v], order[u])
+            lids = tuple(
+                ids.setdefault(key, len(ids))
+                for key in [(0, lk) for lk in there] + [(1, lk) for lk in back]
+            )
             options.append((len(lids), (v - u) % n, v, lids))
         options.sort()
         out.append([(v, lids) for _, _, v, lids in options])
@@ -168,8 +186,17 @@ def schedule_of_trees(algo: str, order: tuple[str, ...], trees: Sequence[list[Ed
     return Schedule(algo, order, len(order), steps).validate()
 
 
-def schedule(topo: Topology, hosts: Sequence[str] | None = None) -> Schedule:
-    """MULTITREE over `hosts` (rank order; default the topology's host order)."""
-    order = worker_hosts(topo, hosts, host_order(topo))
-    routes = FlowRoutes(topo)
-    return schedule_of_trees("multitree", order, build_trees(order, routes))
+def order(topo: Topology, among: Sequence[str] | None = None) -> list[str]:
+    """MULTITREE's own rank order over the workers `among` (default every host): the
+    topology's host order (every rank roots a tree; the order only breaks ties)."""
+    return own_order(topo, host_order(topo), among)
+
+
+def schedule(
+    topo: Topology, hosts: Sequence[str] | None = None, *, node_ports: str = ALL_PORTS
+) -> Schedule:
+    """MULTITREE over `hosts` (rank order; default: `order`), its trees grown under the node
+    model `node_ports` (`routes`)."""
+    ranks = worker_hosts(topo, hosts, order(topo))
+    routes = FlowRoutes(topo, node_ports)
+    return schedule_of_trees("multitree", ranks, build_trees(ranks, routes))

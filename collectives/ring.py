@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from inaemu.collectives.routes import DIRECT_ROLES, host_order, worker_hosts
+from inaemu.collectives.routes import ALL_PORTS, DIRECT_ROLES, host_order, own_order, worker_hosts
 from inaemu.collectives.schedule import Op, Schedule, Step, Transfer
 from inaemu.controller.topology import Topology
 
@@ -70,9 +70,18 @@ def bigraph_order(topo: Topology) -> list[str] | None:
     return sorted(topo.hosts, key=lambda h: rank[topo.host_attachment(h)[0]])
 
 
-def schedule(topo: Topology, hosts: Sequence[str] | None = None) -> Schedule:
-    """The ring over `hosts` (rank order; default: see the module's docstring)."""
+def order(topo: Topology, among: Sequence[str] | None = None) -> list[str]:
+    """The ring's own rank order (see the module's docstring) over the workers `among`
+    (default every host)."""
     default = snake_order(topo) or bigraph_order(topo) or host_order(topo)
-    order = worker_hosts(topo, hosts, default)
-    n = len(order)
-    return Schedule("ring", order, n, ring_steps(n)).validate()
+    return own_order(topo, default, among)
+
+
+def schedule(
+    topo: Topology, hosts: Sequence[str] | None = None, *, node_ports: str = ALL_PORTS
+) -> Schedule:
+    """The ring over `hosts` (rank order; default: `order`). The node model does not change
+    the ring."""
+    ranks = worker_hosts(topo, hosts, order(topo))
+    n = len(ranks)
+    return Schedule("ring", ranks, n, ring_steps(n)).validate()

@@ -5,11 +5,20 @@ A link is a (node, node) pair in the direction of travel: a flow from h1 on s1 t
 crosses ("h1", "s1"), ("s1", "s2"), ("s2", "h2").
 
 In a torus or a mesh (switch role `torus` or `mesh`) every switch is its host's own router,
-as in MULTITREE's direct networks: the host and its switch are one node, and the link between
-them is the node's internal port, with the bandwidth of all its network ports. Such a host link
-cannot be contended, so `contended_links` leaves it out; in every other topology (star,
-leaf-spine, fat tree, BiGraph) a host link is the host's one NIC, and two flows out of (or into)
-one host in one step contend on it.
+as in MULTITREE's direct networks: the host and its switch are one node. How many of the
+node's network links it can drive at once is the **node model**, chosen per run
+(`node_ports`, `--node-ports`):
+
+- `all` (the default; MULTITREE's setting, where a torus node drives its 4 links at once):
+  the link between host and switch is the node's internal port, with the bandwidth of all its
+  network ports together (`capacity`: the switch's number of links to other switches). Flows
+  cannot contend on it, so `contended_links` leaves it out, and Mininet shapes it to that many
+  times the links' bandwidth.
+- `1`: the node has one interface, its host link, shaped like every other link; two flows out
+  of (or into) one node in one step contend on it, as on a switched network.
+
+In every other topology (star, leaf-spine, fat tree, BiGraph) a host link is the host's one
+NIC whatever the model, and two flows out of (or into) one host in one step contend on it.
 """
 
 from __future__ import annotations
@@ -24,6 +33,40 @@ Link = tuple[str, str]
 # roles of switches that are their host's own router (docs/topologies.md)
 DIRECT_ROLES = frozenset({"torus", "mesh"})
 
+# the node models of a direct network (see the module's docstring); the first is the default
+NODE_PORTS = ("all", "1")
+ALL_PORTS = NODE_PORTS[0]
+
+
+def check_node_ports(node_ports: str) -> str:
+    """`node_ports` if it is a node model, else ValueError saying which there are."""
+    if node_ports not in NODE_PORTS:
+        raise ValueError(
+            f"node ports {node_ports!r}: use {' or '.join(NODE_PORTS)} (a torus or mesh node "
+            "drives all its network links at once, or has one interface)"
+        )
+    return node_ports
+
+
+def network_ports(topo: Topology, switch: str) -> int:
+    """How many links join `switch` to other switches."""
+    return sum(
+        1
+        for lk in topo.links
+        if lk.a_port is not None and lk.b_port is not None and switch in (lk.a, lk.b)
+    )
+
+
+def host_link_capacity(topo: Topology, host: str, node_ports: str) -> int:
+    """The bandwidth of `host`'s link in units of one network link: with node model `all`,
+    a torus or mesh node's network ports (at least 1); else 1. The one definition the
+    checker's model and Mininet's shaping share."""
+    check_node_ports(node_ports)
+    sw = topo.host_attachment(host)[0]
+    if node_ports != ALL_PORTS or topo.switches[sw].role not in DIRECT_ROLES:
+        return 1
+    return max(1, network_ports(topo, sw))
+
 
 class RouteError(TopologyError):
     """Two hosts that no path joins, or a name that is not a host."""
@@ -32,13 +75,15 @@ class RouteError(TopologyError):
 class FlowRoutes:
     """Paths of host-to-host flows on one topology, computed once per pair."""
 
-    def __init__(self, topo: Topology) -> None:
+    def __init__(self, topo: Topology, node_ports: str = ALL_PORTS) -> None:
         self.topo = topo
+        self.node_ports = check_node_ports(node_ports)
         self.router = Router(topo)
         self.adjacency = topo.adjacency()
         self.homes: dict[str, str] = {}
         self._links: dict[tuple[str, str], tuple[Link, ...]] = {}
         self._contended: dict[tuple[str, str], tuple[Link, ...]] = {}
+        self._capacity: dict[Link, int] = {}
 
     def home(self, host: str) -> str:
         """The switch `host` is plugged into."""
@@ -74,20 +119,37 @@ class FlowRoutes:
         return self._links[key]
 
     def contended_links(self, a: str, b: str) -> tuple[Link, ...]:
-        """`links(a, b)` without the host links of torus and mesh nodes (a node's internal
-        port: see the module's docstring): the links on which flows can contend."""
+        """`links(a, b)` without the host links of torus and mesh nodes under node model
+        `all` (a node's internal port: see the module's docstring): the links on which flows
+        can contend."""
         key = (a, b)
         if key not in self._contended:
             self._contended[key] = tuple(lk for lk in self.links(a, b) if not self.internal(lk))
         return self._contended[key]
 
     def internal(self, link: Link) -> bool:
-        """Whether `link` joins a host to the switch that is its own router (torus, mesh)."""
+        """Whether `link` joins a host to the switch that is its own router (torus, mesh) and
+        the node model is `all`: the node's internal port."""
+        return self.node_ports == ALL_PORTS and self.direct(link)
+
+    def direct(self, link: Link) -> bool:
+        """Whether `link` joins a host to the switch that is its own router (torus, mesh),
+        whatever the node model."""
         a, b = link
         host, sw = (a, b) if a in self.topo.hosts else (b, a)
         if host not in self.topo.hosts:
             return False
         return self.topo.switches[sw].role in DIRECT_ROLES
+
+    def capacity(self, link: Link) -> int:
+        """`link`'s bandwidth in units of one network link (`host_link_capacity` for a host
+        link, 1 for a link between switches)."""
+        if link not in self._capacity:
+            a, b = link
+            host = a if a in self.topo.hosts else b if b in self.topo.hosts else None
+            cap = 1 if host is None else host_link_capacity(self.topo, host, self.node_ports)
+            self._capacity[link] = cap
+        return self._capacity[link]
 
     def hops(self, a: str, b: str) -> int:
         """Switch-to-switch links between hosts `a` and `b`."""
@@ -118,3 +180,13 @@ def worker_hosts(
     if seen:
         raise RouteError(f"worker {seen[0]!r} is named twice")
     return tuple(hosts)
+
+
+def own_order(topo: Topology, default: Sequence[str], among: Sequence[str] | None) -> list[str]:
+    """An algorithm's rank order over the workers `among` (every host if None): its order
+    for the whole topology, `default`, keeping only the workers. `RouteError` for a worker
+    that is not a host, or one named twice."""
+    if among is None:
+        return list(default)
+    wanted = set(worker_hosts(topo, among, ()))
+    return [h for h in default if h in wanted]

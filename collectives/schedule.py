@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inaemu.controller.topology import TopologyError, read_json
+
 SCHEDULE_FORMAT = 1  # the "format" of to_json's document; from_json refuses any other
 
 
@@ -131,10 +133,11 @@ class Schedule:
 
     @classmethod
     def load(cls, path: str | Path) -> Schedule:
+        """A schedule file, read with the same bounds as every JSON input (`read_json`)."""
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ScheduleError(f"{path}: cannot read a schedule ({exc})") from None
+            data = read_json(Path(path), "schedule")
+        except TopologyError as exc:
+            raise ScheduleError(f"cannot read a schedule: {exc}") from None
         return cls.from_json(data, source=str(path))
 
 

@@ -14,15 +14,17 @@ Every wait is bounded: start-up, each packet (`STEP_TIMEOUT_S`), the CLI, the st
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import time
-from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from inaemu.conformance.bmv2_target import Bmv2Runner, free_port, wait_thrift
+from inaemu.conformance.bmv2_target import (
+    Bmv2Runner,
+    Switch,
+    start_switch,
+    stop_switches,
+)
 from inaemu.conformance.nanomsg import PacketSocket, wait_readable
 from inaemu.conformance.network import (
     MAX_RELAYS,
@@ -41,15 +43,6 @@ STEP_TIMEOUT_S = 10.0  # a packet whose frames keep coming for longer fails the 
 STOP_WAIT_S = 10.0
 
 
-@dataclass
-class _Switch:
-    name: str
-    proc: subprocess.Popen[bytes]
-    thrift: int
-    errors: Path
-    socket: PacketSocket | None = None
-
-
 class Bmv2NetworkRunner:
     def __init__(
         self, json_path: Path, p4info: P4Info | None = None, quiet_s: float = QUIET_S
@@ -61,45 +54,22 @@ class Bmv2NetworkRunner:
     def run(self, case: NetworkCase) -> CaseResult:
         with tempfile.TemporaryDirectory(prefix="inaemu-bmv2net-") as tmp:
             d = Path(tmp)
-            switches: dict[str, _Switch] = {}
+            switches: dict[str, Switch] = {}
             try:
                 for name in case.setups:
-                    switches[name] = self._start(name, d)
+                    switches[name] = start_switch(self.json_path, d, name)
                 with ThreadPoolExecutor(len(switches)) as pool:  # the CLI calls at once
-                    list(pool.map(lambda sw: self._set_up(case, sw, d), switches.values()))
+                    list(pool.map(lambda sw: self._set_up(case, sw), switches.values()))
                 return self._run_steps(case, switches)
             finally:
-                self._stop(switches.values())
+                stop_switches(switches.values(), STOP_WAIT_S)
 
-    def _start(self, name: str, d: Path) -> _Switch:
-        thrift = free_port()
-        argv = [
-            "simple_switch",
-            "--packet-in",
-            f"ipc://{d / name}.ipc",
-            "--thrift-port",
-            str(thrift),
-            "--log-file",
-            str(d / name),
-            "--log-level",
-            "warn",
-            # its own notifications socket (the default is shared by every simple_switch)
-            "--notifications-addr",
-            f"ipc://{d / name}-notifications.ipc",
-            str(self.json_path),
-        ]
-        errors = d / f"{name}.stderr"
-        with errors.open("w") as err_file:  # a file: a pipe nobody drains could stall it
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
-        return _Switch(name, proc, thrift, errors)
-
-    def _set_up(self, case: NetworkCase, sw: _Switch, d: Path) -> None:
-        wait_thrift(sw.thrift, sw.proc, sw.errors)
+    def _set_up(self, case: NetworkCase, sw: Switch) -> None:
         self.single.set_up(case.setups[sw.name], sw.thrift)
-        sw.socket = PacketSocket(f"ipc://{d / sw.name}.ipc")
+        sw.socket = PacketSocket(sw.packet_in)
 
     def _read_counters(
-        self, case: NetworkCase, sw: _Switch
+        self, case: NetworkCase, sw: Switch
     ) -> dict[tuple[str, str, int], tuple[int, int]]:
         checks = [s.check for s in case.checks if s.switch == sw.name]
         return {
@@ -107,7 +77,7 @@ class Bmv2NetworkRunner:
             for (counter, index), value in self.single.read_counters(checks, sw.thrift).items()
         }
 
-    def _run_steps(self, case: NetworkCase, switches: dict[str, _Switch]) -> CaseResult:
+    def _run_steps(self, case: NetworkCase, switches: dict[str, Switch]) -> CaseResult:
         cables = Cables(case)
         sockets = {name: sw.socket for name, sw in switches.items() if sw.socket is not None}
         owner = {s.fd: name for name, s in sockets.items()}
@@ -138,25 +108,9 @@ class Bmv2NetworkRunner:
                                 sockets[peer.switch].send(peer.port, got[1])
                                 relays += 1
                 for sw in switches.values():
-                    if sw.proc.poll() is not None:
-                        raise RuntimeError(
-                            f"simple_switch for {sw.name} exited: {sw.errors.read_text().strip()}"
-                        )
+                    sw.check_running()
         counters: dict[tuple[str, str, int], tuple[int, int]] = {}
         with ThreadPoolExecutor(len(switches)) as pool:  # the CLI calls at once
             for values in pool.map(lambda sw: self._read_counters(case, sw), switches.values()):
                 counters.update(values)
         return compare_network(case, emitted, counters, failures + cables.unused())
-
-    @staticmethod
-    def _stop(switches: Collection[_Switch]) -> None:
-        for sw in switches:
-            if sw.socket is not None:
-                sw.socket.close()
-            sw.proc.terminate()
-        for sw in switches:
-            try:
-                sw.proc.wait(STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                sw.proc.kill()
-                sw.proc.wait(STOP_WAIT_S)

@@ -1,11 +1,14 @@
-"""bmv2 (simple_switch) as a conformance target, the way p4c's own bmv2 STF runner drives it.
+"""bmv2 (simple_switch) as a conformance target.
 
-The case's packets are written to one pcap file per port with strictly increasing timestamps
-(bmv2's pcap reader merges the files in timestamp order, so the order across ports is the
-case's order); `simple_switch --use-files` waits a few seconds before reading them, and in
-that time the tables and multicast groups are written with `simple_switch_CLI`. When the
-output stops growing, counters are read with the CLI, the switch is stopped and the output
-pcaps are compared port by port, as for the softswitch.
+The switch runs with `--packet-in` (a nanomsg socket, nanomsg.py) instead of interfaces or
+pcap files, so nothing it does depends on a fixed wait. Each step waits for the switch to be
+ready for the next, with a bound and a clear error: its thrift port answers
+(`START_TIMEOUT_S`); the tables and multicast groups are written with `simple_switch_CLI`;
+then the case's packets go in, in the case's order, and the runner waits until the switch
+has counted every one of them in `port_rx` (read with the CLI) and every port has sent as
+many frames as the case expects (`timeout`), then for `QUIET_S` without a frame, to catch
+any frame too many. Counters are read with the CLI, the switch is stopped and the frames are
+compared port by port, as for the softswitch.
 
 Needs `p4c-bm2-ss`, `simple_switch` and `simple_switch_CLI` on PATH; `bmv2_available()` says
 why not otherwise.
@@ -21,9 +24,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
-from inaemu.conformance.pcap import read_pcap, write_pcap
+from inaemu.conformance.nanomsg import PacketSocket, wait_readable
 from inaemu.conformance.stf import (
     AddEntry,
     CaseResult,
@@ -43,7 +49,10 @@ from inaemu.p4.constants import P4_DIR
 from inaemu.p4.info import P4Info, load_p4info
 
 TOOLS = ("p4c-bm2-ss", "simple_switch", "simple_switch_CLI")
-START_WAIT_S = 8  # --use-files: seconds before bmv2 starts reading the input pcaps
+START_TIMEOUT_S = 30.0  # simple_switch opens its thrift port within this, even on a busy machine
+CLI_TIMEOUT_S = 60.0  # one simple_switch_CLI run (the setup of 600 multicast nodes included)
+QUIET_S = 0.25  # after the expected frames: this long without one, and no frame is missing
+PORT_RX = "InaIngress.counters.port_rx"
 # Egress queue depth in packets. bmv2's default, 64, silently drops a burst that a case
 # replicates onto one port; a switch's buffer holds far more.
 QUEUE_DEPTH = 100_000
@@ -127,18 +136,146 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listener_pid_owns(port: int, pid: int) -> bool:
+    """Whether process `pid` holds the socket listening on 127.0.0.1/0.0.0.0 TCP `port`
+    (Linux: the socket's inode in /proc/net/tcp among the process's descriptors)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
+class ThriftPortTaken(RuntimeError):
+    """Another process answered on the thrift port picked for a new simple_switch."""
+
+
 def wait_thrift(port: int, proc: subprocess.Popen[bytes], errors: Path) -> None:
-    """Until simple_switch `proc` listens on its thrift `port` (10 s at most); `errors` is the
-    file its stderr goes to, quoted if it exits."""
-    deadline = time.monotonic() + 10
+    """Until simple_switch `proc` listens on its thrift `port` (`START_TIMEOUT_S` at most);
+    `errors` is the file its stderr goes to, quoted if it exits. A port picked free can be
+    taken by another process before simple_switch binds it (others start switches too): an
+    answer from a socket that is not `proc`'s, or `proc` exiting because the address is in
+    use, raises `ThriftPortTaken`, never a switch set up through somebody else's port."""
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"simple_switch exited: {errors.read_text().strip()}")
+            said = errors.read_text().strip()
+            with socket.socket() as s:
+                answered = s.connect_ex(("127.0.0.1", port)) == 0
+            if "in use" in said.lower() or answered:
+                raise ThriftPortTaken(f"thrift port {port}: {said}")
+            raise RuntimeError(f"simple_switch exited: {said}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+                if listener_pid_owns(port, proc.pid):
+                    return
+                if proc.poll() is None and time.monotonic() + 1 < deadline:
+                    time.sleep(0.2)  # ours may still be binding: a second look decides
+                    if listener_pid_owns(port, proc.pid):
+                        return
+                raise ThriftPortTaken(f"thrift port {port} answers for another process")
         time.sleep(0.05)
-    raise TimeoutError("simple_switch did not open its thrift port in 10 s")
+    raise TimeoutError(f"simple_switch did not open its thrift port in {START_TIMEOUT_S:.0f} s")
+
+
+@dataclass
+class Switch:
+    """One simple_switch on a packet-in socket, its thrift port and its stderr file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    thrift: int
+    errors: Path
+    packet_in: str  # the nanomsg address of its packet-in socket
+    socket: PacketSocket | None = None
+
+    def check_running(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(
+                f"simple_switch for {self.name} exited: {self.errors.read_text().strip()}"
+            )
+
+
+START_ATTEMPTS = 3  # new thrift ports tried when another process takes the one picked
+
+
+def start_switch(json_path: Path, d: Path, name: str, *, log_level: str = "warn") -> Switch:
+    """simple_switch for `json_path` on a packet-in socket in `d`, with its own thrift port,
+    log and notifications socket (the default one is shared by every simple_switch on the
+    machine, so a second one failed to start), ready: its thrift port answers (another port
+    is tried if somebody else took the one picked)."""
+    for attempt in range(START_ATTEMPTS):
+        sw = _launch_switch(json_path, d, name, log_level)
+        try:
+            wait_thrift(sw.thrift, sw.proc, sw.errors)
+            return sw
+        except ThriftPortTaken:
+            stop_switches([sw])
+            if attempt + 1 == START_ATTEMPTS:
+                raise
+        except BaseException:
+            stop_switches([sw])
+            raise
+    raise AssertionError("unreachable")
+
+
+def _launch_switch(json_path: Path, d: Path, name: str, log_level: str) -> Switch:
+    thrift = free_port()
+    packet_in = f"ipc://{d / name}.ipc"
+    argv = [
+        "simple_switch",
+        "--packet-in",
+        packet_in,
+        "--thrift-port",
+        str(thrift),
+        "--log-file",
+        str(d / name),
+        "--log-level",
+        log_level,
+        "--notifications-addr",
+        f"ipc://{d / name}-notifications.ipc",
+        str(json_path),
+    ]
+    errors = d / f"{name}.stderr"
+    with errors.open("w") as err_file:  # a file: a pipe nobody drains could stall it
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
+    return Switch(name, proc, thrift, errors, packet_in)
+
+
+def stop_switches(switches: Collection[Switch], wait_s: float = 10.0) -> None:
+    for sw in switches:
+        if sw.socket is not None:
+            sw.socket.close()
+        sw.proc.terminate()
+    for sw in switches:
+        try:
+            sw.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            sw.proc.kill()
+            sw.proc.wait(wait_s)
 
 
 class Bmv2Runner:
@@ -178,82 +315,56 @@ class Bmv2Runner:
     def set_up(self, case: StfCase, thrift: int) -> None:
         """Deep egress queues and the case's table and multicast commands, with the CLI."""
         setup = [f"set_queue_depth {QUEUE_DEPTH}", *self.cli_commands(case)]
-        said = run_cli(thrift, setup, timeout=START_WAIT_S * 5)
+        said = run_cli(thrift, setup, timeout=CLI_TIMEOUT_S)
         # the CLI exits 0 even when a command fails; it says so on stdout
         bad = [ln for ln in said.splitlines() if re.search(r"Error|Invalid", ln)]
         if bad:
             raise RuntimeError(f"simple_switch_CLI refused the setup: {bad[:5]}")
 
     def run(self, case: StfCase, timeout: float = 60.0) -> CaseResult:
-        ports = set()
-        for cmd in case.commands:
-            if isinstance(cmd, Packet | Expect):
-                ports.add(cmd.port)
-            elif isinstance(cmd, McNodeCreate):
-                ports.update(cmd.ports)
-        ports.add(0)
+        packets = [c for c in case.commands if isinstance(c, Packet)]
+        expected: Counter[int] = Counter(c.port for c in case.commands if isinstance(c, Expect))
+        emitted: dict[int, list[bytes]] = {}
         with tempfile.TemporaryDirectory(prefix="inaemu-bmv2-") as tmp:
-            d = Path(tmp)
-            packets = [c for c in case.commands if isinstance(c, Packet)]
-            # strictly increasing timestamps, 1 ms apart: bmv2 merges the input files by time
-            for p in ports:
-                write_pcap(
-                    d / f"pcap{p}_in.pcap",
-                    [(1e6 + i * 1e-3, pkt.data) for i, pkt in enumerate(packets) if pkt.port == p],
-                )
-            thrift = free_port()
-            argv = [
-                "simple_switch",
-                "--use-files",
-                str(START_WAIT_S),
-                "--thrift-port",
-                str(thrift),
-                "--log-file",
-                str(d / "bmv2"),
-                "--log-flush",
-                # its own nanomsg socket: the default, ipc:///tmp/bmv2-0-notifications.ipc, is
-                # shared by every simple_switch on the machine, so a second run failed to start
-                "--notifications-addr",
-                f"ipc://{d / 'notifications.ipc'}",
-            ]
-            for p in sorted(ports):
-                argv += ["-i", f"{p}@{d / f'pcap{p}'}"]
-            argv.append(str(self.json_path))
-            errors = d / "simple_switch.stderr"
-            with errors.open("w") as err_file:  # a file: a pipe nobody drains could stall it
-                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
+            sw = start_switch(self.json_path, Path(tmp), "switch")
             try:
-                wait_thrift(thrift, proc, errors)
-                self.set_up(case, thrift)
-                self._wait_output_settled(d, ports, len(packets), timeout)
+                self.set_up(case, sw.thrift)
+                sock = sw.socket = PacketSocket(sw.packet_in)
+                deadline = time.monotonic() + timeout
+                for pkt in packets:
+                    sock.send(pkt.port, pkt.data)
+                    _receive(sock, emitted)  # a burst out must not fill the socket meanwhile
+                self._wait_received(sw, {p.port for p in packets}, len(packets), emitted, deadline)
+                _wait_sent(sw, expected, emitted, deadline)
                 counters = self.read_counters(
-                    [c for c in case.commands if isinstance(c, CheckCounter)], thrift
+                    [c for c in case.commands if isinstance(c, CheckCounter)], sw.thrift
                 )
             finally:
-                proc.terminate()
-                proc.wait(10)
-            emitted: dict[int, list[bytes]] = {}
-            for p in ports:
-                path = d / f"pcap{p}_out.pcap"
-                if path.exists() and path.stat().st_size > 24:
-                    emitted[p] = read_pcap(path)
+                stop_switches([sw])
         return compare(case, emitted, counters, len(packets))
 
-    @staticmethod
-    def _wait_output_settled(d: Path, ports: set[int], n_in: int, timeout: float) -> None:
-        deadline = time.monotonic() + START_WAIT_S + timeout
-        time.sleep(START_WAIT_S + 0.5 + 0.002 * n_in)
-        last = -1
-        while time.monotonic() < deadline:
-            size = sum(
-                os.path.getsize(d / f"pcap{p}_out.pcap")
-                for p in ports
-                if (d / f"pcap{p}_out.pcap").exists()
-            )
-            if size == last:
+    def _wait_received(
+        self,
+        sw: Switch,
+        ports: set[int],
+        n: int,
+        emitted: dict[int, list[bytes]],
+        deadline: float,
+    ) -> None:
+        """Until the switch has counted `n` packets in `port_rx` over `ports` (so its ingress
+        has taken every packet of the case), receiving what it sends meanwhile."""
+        reads = [f"counter_read {self._counter_name(PORT_RX)} {p}" for p in sorted(ports)]
+        while True:
+            said = run_cli(sw.thrift, reads, timeout=CLI_TIMEOUT_S)
+            counted = sum(packets for packets, _ in parse_counter_reads(said).values())
+            if counted >= n:
                 return
-            last = size
-            time.sleep(1.0)
+            sw.check_running()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"simple_switch took only {counted} of the case's {n} packets in time"
+                )
+            _receive(sw.socket, emitted, wait_s=0.1)
 
     def read_counters(
         self, checks: list[CheckCounter], thrift: int
@@ -273,3 +384,28 @@ class Bmv2Runner:
 
     def _counter_name(self, name: str) -> str:
         return self.p4info.counter(name).name
+
+
+def _receive(sock: PacketSocket | None, emitted: dict[int, list[bytes]], wait_s: float = 0) -> int:
+    """Every frame waiting on `sock` (after up to `wait_s` for the first) into `emitted`, by
+    port; how many."""
+    got = 0
+    if sock is not None and wait_readable([sock], wait_s):
+        while (frame := sock.receive()) is not None:
+            emitted.setdefault(frame[0], []).append(frame[1])
+            got += 1
+    return got
+
+
+def _wait_sent(
+    sw: Switch, expected: Counter[int], emitted: dict[int, list[bytes]], deadline: float
+) -> None:
+    """Until every port has sent the frames `expected` of it (or `deadline`: compare then says
+    which never came), then until `QUIET_S` passes without a frame."""
+    while time.monotonic() < deadline and any(
+        len(emitted.get(p, [])) < n for p, n in expected.items()
+    ):
+        _receive(sw.socket, emitted, wait_s=min(0.1, max(0.0, deadline - time.monotonic())))
+        sw.check_running()
+    while _receive(sw.socket, emitted, wait_s=QUIET_S) and time.monotonic() < deadline:
+        pass

@@ -772,6 +772,82 @@ own RESULT is stored and multicast.""",
     return c
 
 
+def case_leaf_early_result() -> Case:
+    c = Case(
+        "leaf_early_result",
+        """
+A leaf stores its parent's RESULT only once its own round for that cell is complete (it sent
+its partial up, so the result includes it). W = 1 (slot 0), workers on ports 1-2, parent on
+port 3. Worker 1 sends chunk 5; a RESULT for chunk 5 comes from the parent before worker 2's
+contribution: dropped as UNEXPECTED_RESULT, nothing multicast. So is a RESULT for set 1, a
+cell this leaf has not used since worker 1 took the slot (its cleared seq, 0, is the
+RESULT's). Worker 2's contribution then completes the round: the partial is exactly the two
+workers' sum (not the early result plus worker 2). The parent's RESULT after that is stored
+and multicast, and a retransmission is answered with it.""",
+    )
+    c.job(1, 0, base=0, pool=1, fanin=2, mgid=1, root=False, parent_port=3)
+    for i, p in enumerate((1, 2)):
+        c.child(1, 0, p, i)
+        c.to_host(p, host(p))
+    c.mcast(1, 0, (1, 2))
+    pkts = [Ina(host(p), SWITCH, (p, 10 * p), seq=5) for p in (1, 2)]
+    result = Ina(host(9), SWITCH, (7, 70), seq=5, flags=int(Flag.RESULT), contrib=4, udp_csum=0)
+    c.packet(1, pkts[0])
+    c.comment("the parent's RESULT before the leaf's round completed: dropped")
+    c.packet(3, result)
+    c.comment("a RESULT for set 1 (never used since the takeover, seq 0): dropped")
+    c.packet(3, replace(result, set_=1, seq=0))
+    c.packet(2, pkts[1])
+    c.expect(3, replace(pkts[1], values=(3, 30), contrib=2, udp_csum=0))
+    c.packet(3, result)
+    for p in (1, 2):
+        c.expect(p, result_to(p, result, (7, 70), contrib=4))
+    retx = replace(pkts[0], flags=int(Flag.RETX))
+    c.packet(1, retx)
+    c.expect(1, result_to(1, retx, (7, 70), contrib=4))
+    c.drops(DropReason.UNEXPECTED_RESULT, 2)
+    c.drops(DropReason.STALE, 0)
+    c.events(Event.COMPLETE_UP, 1)
+    c.events(Event.PARENT_RESULT, 1)
+    c.events(Event.RETX_REPLY, 1)
+    return c
+
+
+def case_jump_ahead() -> Case:
+    c = Case(
+        "jump_ahead",
+        """
+A member moves to a slot's other set only once its round in this one is complete (it holds
+that round's result). W = 1 (chunk i uses slot 0, set i mod 2), 2 workers. Worker 1 sends
+chunk 0, then jumps ahead to chunk 1 before chunk 0 completed: dropped as AHEAD, and its bit
+in set 0 stays set, so its retransmission of chunk 0 is a duplicate, not a second
+contribution. Worker 2's chunk 0 completes the round with exactly one contribution from each
+worker; then chunk 1 is summed as usual.""",
+    )
+    ports = star(c, 2, pool=1)
+
+    def chunk(p: int, i: int) -> Ina:
+        return Ina(host(p), SWITCH, (100 * (i + 1) + p, p), set_=i % 2, seq=i)
+
+    c.packet(1, chunk(1, 0))
+    c.comment("worker 1 jumps ahead to chunk 1 (set 1) while chunk 0 waits for worker 2")
+    c.packet(1, chunk(1, 1))
+    c.comment("worker 1 retransmits chunk 0: still counted once (DUPLICATE)")
+    c.packet(1, replace(chunk(1, 0), flags=int(Flag.RETX)))
+    c.packet(2, chunk(2, 0))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 0), (203, 3), contrib=2))
+    for p in ports:
+        c.packet(p, chunk(p, 1))
+    for p in ports:
+        c.expect(p, result_to(p, chunk(2, 1), (403, 3), contrib=2))
+    c.drops(DropReason.AHEAD, 1)
+    c.drops(DropReason.DUPLICATE, 1)
+    c.events(Event.CONTRIBUTION, 4)
+    c.events(Event.COMPLETE_ROOT, 2)
+    return c
+
+
 UDP_5001 = bytes.fromhex("13891389000d0000") + b"hello"  # ordinary UDP to port 5001
 
 
@@ -923,11 +999,13 @@ CASES = [
     case_lost_result(),
     case_slot_reuse(),
     case_stale_copies(),
+    case_jump_ahead(),
     case_malformed(),
     case_saturation(),
     case_two_jobs(),
     case_tree_leaf(),
     case_tree_leaf_owner(),
+    case_leaf_early_result(),
     case_tree_root(),
     case_rerun(),
     case_pool_reuse(),

@@ -1,13 +1,10 @@
-"""Just enough of the pcap file format for the bmv2 target: Ethernet frames with timestamps."""
+"""Just enough of the pcap file format to read the frames of a capture (bmv2 `--pcap`, tcpdump)."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
 from pathlib import Path
 
-DLT_EN10MB = 1  # link type: Ethernet
-SNAPLEN = 65535
 _MAGICS = {  # magic as read little-endian -> (byte order, sub-second unit per second)
     0xA1B2C3D4: ("<", 1_000_000),
     0xD4C3B2A1: (">", 1_000_000),
@@ -18,16 +15,6 @@ _MAGICS = {  # magic as read little-endian -> (byte order, sub-second unit per s
 
 class PcapError(ValueError):
     pass
-
-
-def write_pcap(path: Path, frames: Iterable[tuple[float, bytes]]) -> None:
-    """Write (timestamp in seconds, frame) records; an empty iterable writes a valid file."""
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, SNAPLEN, DLT_EN10MB))
-        for ts, data in frames:
-            sec, usec = int(ts), round((ts - int(ts)) * 1_000_000)
-            f.write(struct.pack("<IIII", sec, usec, len(data), len(data)))
-            f.write(data)
 
 
 def read_pcap(path: Path) -> list[bytes]:

@@ -35,6 +35,7 @@ from inaemu.conformance.nanomsg import library
 from inaemu.conformance.network import NETWORK_SUFFIX, NetworkCase, load_network, run_network
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import CaseResult, StfCase, StfError, load_stf, run_case
+from inaemu.hostlib.args import ArgumentParser
 from inaemu.softswitch.fast.dataplanes import (
     DATAPLANES,
     DEFAULT_DATAPLANE,
@@ -180,7 +181,7 @@ HEADER = f"{'case':<22} {'target':<20} {'':<5} {'in':>6} {'out':>6} {'seconds':>
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="inaemu conformance", description=__doc__.splitlines()[0] if __doc__ else None
     )
     ap.add_argument(

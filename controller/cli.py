@@ -7,21 +7,26 @@
     inaemu mininet --topo star:4|leaf-spine:2x2x2 [--switch softswitch|bmv2] [--algo ina] ...
     inaemu topo star|leaf-spine|fat-tree|bigraph|torus|mesh ... [--program F] -o topology.json
     inaemu topo leaf-spine:2x2x4|bigraph:4x4|fat-tree:4|torus:4x4|mesh:3x3|star:4 -o t.json
+        [--grpc HOST:PORT] [--grpc SWITCH=HOST:PORT] [--device-id N] [--device-id SWITCH=N]
+    inaemu bmv2 -t topology.json [--print] [--iface-format '{switch}-eth{port}'] ...
     inaemu topo show -t topology.json -o topology.svg   (or .png, .pdf; needs inaemu[draw])
     inaemu pipeline push  -t topology.json [--device-config F] [--force]
     inaemu pipeline check -t topology.json
     inaemu job add    -t topology.json --job 1 --workers h1,h2,h3 [--pool 64] [--trees 0]
     inaemu job remove -t topology.json --job 1
     inaemu job list   -t topology.json
+    inaemu job new-run -t topology.json --job 1        # prints a run id for the job's next run
     inaemu routes     -t topology.json
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
-    inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|all] [-o s.json]
+    inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
+    inaemu train examples/train_ddp.py [--backend all] [--workers 4] [--topo ...] [--mininet]
 
 Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
 runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
 state file (default: next to the topology, `<topology>.jobs.json`), so a later command knows
-the slot pools and groups in use.
+the slot pools and groups in use, and the run ids issued to each job's workers (`job new-run`
+never issues one twice for an installation).
 """
 
 from __future__ import annotations
@@ -29,16 +34,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import fcntl
 import json
+import shutil
+import signal
 import sys
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import finsy as fy
 
+from inaemu.collectives.routes import NODE_PORTS
+from inaemu.controller import bmv2
 from inaemu.controller.compare import parse_algos
-from inaemu.controller.demo import TOPO_SIZE, DemoOptions, main_demo
+from inaemu.controller.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
 from inaemu.controller.draw import DrawError
 from inaemu.controller.jobs import (
     MAX_EPOCH,
@@ -60,6 +72,7 @@ from inaemu.controller.topology import (
     Text,
     Topology,
     TopologyError,
+    assign_devices,
     bigraph,
     describe_roles,
     fat_tree,
@@ -71,14 +84,11 @@ from inaemu.controller.topology import (
     star,
     torus,
 )
+from inaemu.hostlib import args as arg
+from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
+from inaemu.hostlib.wire import MAX_RUN
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
-
-
-def _ports(text: str) -> list[int]:
-    from inaemu.softswitch.__main__ import parse_ports
-
-    return parse_ports(text)
 
 
 def _state_path(args: argparse.Namespace) -> Path:
@@ -104,6 +114,7 @@ _STATE_SCHEMA = Record(
                     "pools": _POOLS,
                     "mgids": _MGIDS,
                     "epochs": _EPOCHS,
+                    "last_run": Integer(0, MAX_RUN),
                 },
                 frozenset(
                     {"job_id", "workers", "pool_size", "n_trees", "pools", "mgids", "epochs"}
@@ -122,15 +133,17 @@ _STATE_SCHEMA = Record(
 class JobState:
     """What the job commands keep between runs: the installed jobs with where each lives (slot
     pools, multicast groups, epochs: so later commands plan exactly what the switches hold),
-    and the last epoch issued per switch (so a new installation always gets a new one)."""
+    and the last epoch issued per switch (so a new installation always gets a new one), and the
+    last run id issued to each job (`JobRecord.last_run`; absent in older files: none)."""
 
     jobs: list[tuple[JobSpec, Placement]]
     epochs: dict[str, int]
+    last_runs: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _load_state(path: Path) -> JobState:
     if not path.exists():
-        return JobState([], {})
+        return JobState([], {}, {})
     try:
         raw = read_json(path, "job state file")
         _STATE_SCHEMA(raw, (str(path),))
@@ -155,6 +168,7 @@ def _load_state(path: Path) -> JobState:
             for j in raw["jobs"]
         ],
         dict(raw["epochs"]),
+        {j["job_id"]: j.get("last_run", 0) for j in raw["jobs"]},
     )
 
 
@@ -174,6 +188,7 @@ def _save_state(path: Path, jobs: JobManager) -> None:
                         for tree in range(len(r.trees))
                     ],
                     "epochs": r.epochs,
+                    "last_run": r.last_run,
                 }
                 for _, r in sorted(jobs.jobs.items())
             ],
@@ -222,7 +237,21 @@ def _controller(args: argparse.Namespace) -> tuple[Controller, list[JobSpec]]:
         ctl.jobs.restore_epochs(state.epochs)
     except JobError as exc:
         raise ControllerError(f"{path}: {exc}; delete it if the switches were restarted") from None
+    for job_id, last_run in state.last_runs.items():
+        ctl.jobs.jobs[job_id].last_run = last_run
     return ctl, [spec for spec, _ in state.jobs]
+
+
+@contextmanager
+def _state_locked(path: Path) -> Iterator[None]:
+    """Hold the job state file (if there is one) against other job commands: two of them at
+    once read it before either writes, and `job new-run` would issue one run id twice."""
+    if not path.exists():
+        yield
+        return
+    with path.open("rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def _run(
@@ -247,13 +276,12 @@ def _with_controller(
 
 
 def cmd_job(args: argparse.Namespace) -> None:
-    spec = JobSpec(
-        args.job,
-        tuple(w.strip() for w in args.workers.split(",")),
-        args.pool,
-        args.trees,
-        tuple(args.roots.split(",")) if args.roots else (),
-    )
+    with _state_locked(_state_path(args)):
+        _cmd_job(args)
+
+
+def _cmd_job(args: argparse.Namespace) -> None:
+    spec = JobSpec(args.job, args.workers, args.pool, args.trees, args.roots)
 
     async def body(ctl: Controller, specs: list[JobSpec]) -> None:
         path = _state_path(args)
@@ -269,10 +297,16 @@ def cmd_job(args: argparse.Namespace) -> None:
                     if sw in t
                 )
                 print(f"job {spec.job_id}: {sw} slots [{base}, {base + size}) ({roles})")
-        else:
-            await ctl.remove_job(args.job)
+            print(
+                f"job {spec.job_id}: each run of its workers takes a new run id: "
+                f"inaemu job new-run -t {args.topology} --job {spec.job_id}"
+                + (f" --state {args.state}" if args.state else "")
+            )
+        else:  # a switch that lost the job (restarted) has nothing to delete: not an error
+            lacking = await ctl.remove_job(args.job, gone_ok=True)
             _save_state(path, ctl.jobs)
-            print(f"job {args.job} removed")
+            lost = f" ({', '.join(lacking)} had lost some or all of it: restarted?)"
+            print(f"job {args.job} removed" + (lost if lacking else ""))
 
     ctl, specs = _controller(args)
     if args.action == "list":  # the state file is the answer: no switch needed
@@ -283,6 +317,11 @@ def cmd_job(args: argparse.Namespace) -> None:
                 f"trees {s.n_trees} (roots {','.join(record.roots)}; at most "
                 f"{record.max_trees_per_link} per link)"
             )
+        return
+    if args.action == "new-run":  # the state file alone: no switch needed
+        run = ctl.jobs.next_run(args.job)
+        _save_state(_state_path(args), ctl.jobs)
+        print(run)
         return
     # plans are pure: a job that cannot be added or removed is refused before connecting
     if args.action == "add":
@@ -389,6 +428,7 @@ def cmd_topo(args: argparse.Namespace) -> None:
             name: dataclasses.replace(sw, program=args.program)
             for name, sw in topo.switches.items()
         }
+    topo = _with_devices(topo, args.grpc, args.device_id)
     if args.output:
         try:
             topo.save(args.output)
@@ -400,6 +440,125 @@ def cmd_topo(args: argparse.Namespace) -> None:
         )
     else:
         print(json.dumps(topo.to_json(), indent=2))
+
+
+def _per_switch(values: list[str], option: str, form: str) -> tuple[str | None, dict[str, str]]:
+    """The values of a repeated option: at most one plain VALUE (the first switch's) and any
+    number of SWITCH=VALUE."""
+    plain = [v for v in values if "=" not in v]
+    if len(plain) > 1:
+        raise TopologyError(
+            f"{option} {plain[1]}: give one {option} {form} (the first switch's; the others "
+            f"follow it) and {option} SWITCH={form} for single switches"
+        )
+    named = dict(v.split("=", 1) for v in values if "=" in v)
+    return (plain[0] if plain else None), named
+
+
+def _device_id(text: str, shown: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise TopologyError(f"--device-id {shown}: write N or SWITCH=N (N a number)")
+    return int(text)
+
+
+def _with_devices(topo: Topology, grpc: list[str], device_id: list[str]) -> Topology:
+    """`topo` with the addresses and device ids of `--grpc` and `--device-id`."""
+    if not grpc and not device_id:
+        return topo
+    first_grpc, grpc_of = _per_switch(grpc, "--grpc", "HOST:PORT")
+    first_id, ids_of = _per_switch(device_id, "--device-id", "N")
+    return assign_devices(
+        topo,
+        grpc=first_grpc,
+        device_id=None if first_id is None else _device_id(first_id, first_id),
+        grpc_of=grpc_of,
+        device_id_of={n: _device_id(v, f"{n}={v}") for n, v in ids_of.items()},
+    )
+
+
+def cmd_bmv2(args: argparse.Namespace) -> int:
+    """One simple_switch_grpc per switch of the topology: printed, or run until Ctrl-C."""
+    topo = Topology.load(args.topology)
+    run_dir = Path(args.run_dir or f"{args.topology}.bmv2").resolve()
+    ifaces: dict[tuple[str, int], str] = {}
+    for spec in args.iface:
+        where, eq, ifname = spec.partition("=")
+        switch, colon, port = where.rpartition(":")
+        if not (eq and colon and ifname and port.isdigit() and switch in topo.switches):
+            raise TopologyError(
+                f"--iface {spec}: write SWITCH:PORT=IFNAME with a switch of the topology "
+                f"({', '.join(topo.switches)}), e.g. s1:1=veth1"
+            )
+        ifaces[(switch, int(port))] = ifname
+    try:
+        args.iface_format.format(switch="s1", port=1)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise TopologyError(
+            f"--iface-format {args.iface_format}: use {{switch}} and {{port}}, e.g. "
+            f"{bmv2.IFACE_FORMAT} ({exc!r})"
+        ) from None
+    names = list(topo.switches)
+    if args.thrift_port == 0:
+        thrift = dict(zip(names, bmv2.free_ports(len(names)), strict=True))
+    elif 1 <= args.thrift_port <= 65536 - len(names):
+        thrift = {name: args.thrift_port + i for i, name in enumerate(names)}
+    else:
+        raise TopologyError(
+            f"--thrift-port {args.thrift_port}: {len(names)} switches need ports from it "
+            "within 1..65535 (0: free ports)"
+        )
+    commands = bmv2.topology_commands(
+        topo,
+        run_dir,
+        iface_format=args.iface_format,
+        ifaces=ifaces,
+        thrift_ports=thrift,
+        log_level=args.log_level,
+    )
+    if args.print:
+        print("\n".join(bmv2.shell_lines(commands, run_dir)))
+        return 0
+    if shutil.which(bmv2.BINARY) is None:
+        return _failed(
+            "bmv2",
+            f"{bmv2.BINARY} is not on PATH (bmv2: `bash ../shared/p4-toolchain/install.sh` "
+            "installs it under /opt/p4/bin)",
+        )
+    stop = threading.Event()
+    handlers = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    switches = bmv2.Bmv2Switches(commands)
+    try:
+        switches.start()
+        for c in commands:
+            pid = switches.procs[c.switch].pid
+            print(
+                f"READY {c.switch} grpc={c.grpc} device_id={c.device_id} "
+                f"thrift={c.thrift_port} pid={pid} log={c.log}",
+                flush=True,
+            )
+        print(
+            f"inaemu bmv2: {len(commands)} switches running without a program; install "
+            f"ina.p4 with `inaemu pipeline push -t {args.topology}`; Ctrl-C stops them",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            gone = switches.exited()
+            if gone is not None:
+                c, status = gone
+                return _failed(
+                    "bmv2",
+                    f"{c.switch}: simple_switch_grpc exited (status {status}); the others "
+                    f"were stopped; {c.log}:\n{bmv2.log_tail(c.log)}",
+                )
+    except bmv2.Bmv2Error as exc:
+        return _failed("bmv2", str(exc))
+    finally:
+        switches.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return 0
 
 
 def cmd_topo_show(args: argparse.Namespace) -> None:
@@ -415,12 +574,44 @@ def cmd_topo_show(args: argparse.Namespace) -> None:
     print(f"wrote {path}: {len(topo.switches)} switches ({roles}), {len(topo.hosts)} hosts")
 
 
+# The demo runs every switch and every worker as a process on this machine, and holds every
+# worker's array: more than this is refused before anything starts.
+DEMO_PROCESSES = 64  # switch processes, and worker processes
+DEMO_ELEMENTS = arg.MAX_ELEMENTS  # elements of all workers together (1 GiB of float32)
+
+
+def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
+    """Refuse a demo larger than `DEMO_PROCESSES` and `DEMO_ELEMENTS` allow."""
+    if topo_text:
+        try:
+            topo = demo_topology(topo_text)
+        except DemoError as exc:
+            raise ValueError(str(exc)) from None
+        if len(topo.switches) > DEMO_PROCESSES:
+            raise ValueError(
+                f"--topo {topo_text} has {len(topo.switches):,} switches; the demo runs one "
+                f"process per switch, at most {DEMO_PROCESSES}"
+            )
+        workers = workers or len(topo.hosts)
+    if workers > DEMO_PROCESSES:
+        raise ValueError(
+            f"{workers:,} workers; the demo runs one process per worker, at most "
+            f"{DEMO_PROCESSES}: choose --workers"
+        )
+    if workers * size > DEMO_ELEMENTS:
+        raise ValueError(
+            f"{workers} workers x --size {size:,} is {workers * size:,} elements; the demo "
+            f"holds at most {DEMO_ELEMENTS:,} (1 GiB of float32) in all"
+        )
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     topo = args.topo
     workers = args.workers if args.workers is not None else (0 if topo else 4)
     size = args.size if args.size is not None else (TOPO_SIZE if topo or args.algo else 2_000_000)
     if not topo and args.trees not in (0, 1):
         raise ValueError("--trees needs --topo (one switch has one tree)")
+    _check_demo_size(topo, workers, size)
     return main_demo(
         DemoOptions(
             workers=workers,
@@ -438,13 +629,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             trees=args.trees,
             algos=parse_algos(args.algo) if args.algo else (),
             mtu=args.mtu,
+            node_ports=args.node_ports,
             dataplane=args.dataplane,
         )
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="inaemu", description="in-network aggregation emulator")
+    ap = arg.ArgumentParser(prog="inaemu", description="in-network aggregation emulator")
     sub = ap.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="an emulated allreduce on the embedded softswitch")
@@ -454,17 +646,20 @@ def build_parser() -> argparse.ArgumentParser:
         "torus:3x3, mesh:3x3, star:4) or a topology file; default one switch",
     )
     d.add_argument(
-        "--workers", type=int, default=None, help="workers (default 4; with --topo every host)"
+        "--workers",
+        type=arg.positive("workers", DEMO_PROCESSES),
+        default=None,
+        help="workers (default 4, at most 32 on one switch; with --topo every host)",
     )
     d.add_argument(
         "--size",
-        type=int,
+        type=arg.ELEMENTS,
         default=None,
         help=f"float32 elements per worker (default 2,000,000; with --topo {TOPO_SIZE:,})",
     )
     d.add_argument(
         "--trees",
-        type=int,
+        type=arg.TREES,
         default=0,
         help="with --topo: aggregation trees (default 0: one per root candidate; 1: one tree)",
     )
@@ -473,29 +668,45 @@ def build_parser() -> argparse.ArgumentParser:
         default="fixedpoint",
         help="fixedpoint, sketch, sketch-compact or int32 (default %(default)s)",
     )
-    d.add_argument("--density", type=float, default=1.0, help="fraction of non-zero elements")
-    d.add_argument("--loss", type=float, default=0.0, help="injected loss probability per port")
-    d.add_argument("--window", type=int, default=64, help="chunks in flight (= slot pool)")
+    d.add_argument("--density", type=arg.DENSITY, default=1.0, help="fraction of non-zero elements")
     d.add_argument(
-        "--wire-dir", default=None, help="directory of the loopback wires (default: a new one)"
+        "--loss",
+        type=arg.Real(0.0, 1.0, "a probability", hi_open=True, note="1 would drop everything"),
+        default=0.0,
+        help="injected loss probability per port, below 1",
     )
-    d.add_argument("--grpc-port", type=int, default=0, help="P4Runtime port (0: any free)")
-    d.add_argument("--seed", type=int, default=1)
+    d.add_argument("--window", type=arg.WINDOW, default=64, help="chunks in flight (= slot pool)")
+    d.add_argument(
+        "--wire-dir",
+        type=arg.wire_dir,
+        default=None,
+        help="directory of the loopback wires (default: a new one)",
+    )
+    d.add_argument("--grpc-port", type=arg.TCP_PORT, default=0, help="P4Runtime port (0: any free)")
+    d.add_argument("--seed", type=arg.SEED, default=1)
     d.add_argument(
         "--timeout",
-        type=float,
+        type=arg.SECONDS,
         default=30.0,
         help="seconds without progress before a worker gives up",
     )
     d.add_argument("--no-progress", action="store_true")
     d.add_argument(
         "--algo",
-        help="compare on the same network, one after the other: ina,ring,hd,hdrm,multitree "
-        "(a list) or all; every result verified, one table (controller/compare.py)",
+        help="compare on the same network, one after the other: ina,ring,hd,hdrm,multitree,"
+        "ps (a list) or all, each host collective in its own rank order; every result "
+        "verified, one table (controller/compare.py)",
+    )
+    d.add_argument(
+        "--node-ports",
+        choices=NODE_PORTS,
+        default=NODE_PORTS[0],
+        help="with --algo on a torus or mesh: the node model the schedules are built for "
+        "(all: a node drives all its network links at once, the default; 1: one interface)",
     )
     d.add_argument(
         "--mtu",
-        type=int,
+        type=arg.Integer(MIN_MTU, MAX_MTU, "IPv4 packet bytes"),
         default=1500,
         help="with --algo: IPv4 packet bytes of the host collectives' frames (default 1500)",
     )
@@ -533,6 +744,13 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(func=None)
 
+    sub.add_parser(
+        "train",
+        help="run a DDP training script on the emulated network once per backend (INA, the "
+        "ring with INCEPTIONN, gloo) and plot the curves (see inaemu train -h)",
+        add_help=False,
+    ).set_defaults(func=None)
+
     t = sub.add_parser("topo", help="write a topology file, or draw one (show)")
     t.add_argument(
         "kind",
@@ -558,8 +776,60 @@ def build_parser() -> argparse.ArgumentParser:
         help="bmv2 JSON every switch runs (written into the topology; "
         "`inaemu pipeline push` sends it; the softswitch accepts it too)",
     )
+    t.add_argument(
+        "--grpc",
+        action="append",
+        default=[],
+        metavar="[SWITCH=]HOST:PORT",
+        help="P4Runtime address: HOST:PORT for the first switch, the others get the ports "
+        "after it (default 127.0.0.1:9559); SWITCH=HOST:PORT for one switch (repeatable)",
+    )
+    t.add_argument(
+        "--device-id",
+        action="append",
+        default=[],
+        metavar="[SWITCH=]N",
+        help="P4Runtime device id: N for the first switch, the others N+1, ... (default 1); "
+        "SWITCH=N for one switch (repeatable)",
+    )
     t.add_argument("-o", "--output", help="topology.json to write; topo show: the picture")
     t.set_defaults(func=cmd_topo)
+
+    b = sub.add_parser(
+        "bmv2",
+        help="run one simple_switch_grpc per switch of a topology (or --print the commands)",
+    )
+    b.add_argument("-t", "--topology", required=True, help="topology.json")
+    b.add_argument(
+        "--print", action="store_true", help="print the command lines (a shell script), run none"
+    )
+    b.add_argument(
+        "--iface-format",
+        default=bmv2.IFACE_FORMAT,
+        help="the interface of a switch's port (default %(default)s, Mininet's names)",
+    )
+    b.add_argument(
+        "--iface",
+        action="append",
+        default=[],
+        metavar="SWITCH:PORT=IFNAME",
+        help="the interface of one port (repeatable), e.g. s1:1=veth1",
+    )
+    b.add_argument(
+        "--thrift-port",
+        type=int,
+        default=bmv2.THRIFT_BASE,
+        help="thrift port of the first switch, the others the ports after it (default "
+        "%(default)s); 0: free ports",
+    )
+    b.add_argument("--run-dir", help="logs and notifications sockets (default <topology>.bmv2)")
+    b.add_argument(
+        "--log-level",
+        default="warn",
+        choices=("trace", "debug", "info", "warn", "error", "off"),
+        help="bmv2's log level (default %(default)s: info logs every packet)",
+    )
+    b.set_defaults(func=cmd_bmv2)
 
     def with_topology(p: argparse.ArgumentParser) -> None:
         p.add_argument("-t", "--topology", required=True, help="topology.json")
@@ -580,20 +850,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.set_defaults(func=cmd_pipeline)
 
-    j = sub.add_parser("job", help="add, remove or list jobs")
-    j.add_argument("action", choices=("add", "remove", "list"))
+    j = sub.add_parser(
+        "job",
+        help="add, remove or list jobs; new-run: a run id for the next run of a job's workers",
+    )
+    j.add_argument("action", choices=("add", "remove", "list", "new-run"))
     with_topology(j)
-    j.add_argument("--job", type=int, default=1)
-    j.add_argument("--workers", default="", help="comma-separated host names")
-    j.add_argument("--pool", type=int, default=64, help="slots per switch (the window)")
+    j.add_argument("--job", type=arg.JOB_ID, default=1)
+    j.add_argument("--workers", type=arg.names, default=(), help="comma-separated host names")
+    j.add_argument("--pool", type=arg.WINDOW, default=64, help="slots per switch (the window)")
     j.add_argument(
         "--trees",
-        type=int,
+        type=arg.TREES,
         default=0,
         help="aggregation trees the chunks are striped over (default 0: one per root "
         "candidate, e.g. per spine; 1: a single tree)",
     )
-    j.add_argument("--roots", default="", help="comma-separated root switches (default: chosen)")
+    j.add_argument(
+        "--roots",
+        type=arg.names,
+        default=(),
+        help="comma-separated root switches (default: chosen)",
+    )
     j.set_defaults(func=cmd_job)
 
     r = sub.add_parser("routes", help="install IPv4 routes to every host")
@@ -603,8 +881,13 @@ def build_parser() -> argparse.ArgumentParser:
     lo = sub.add_parser("loss", help="inject loss on a switch's ingress ports")
     with_topology(lo)
     lo.add_argument("--switch", required=True)
-    lo.add_argument("--ports", type=_ports, required=True)
-    lo.add_argument("--probability", type=float, required=True)
+    lo.add_argument(
+        "--ports",
+        type=arg.port_list,
+        required=True,
+        help=f"ingress ports, e.g. 1-4,7 ({arg.SWITCH_PORT.lo}..{arg.SWITCH_PORT.hi})",
+    )
+    lo.add_argument("--probability", type=arg.PROBABILITY, required=True, help="0 removes the loss")
     lo.set_defaults(func=cmd_loss)
 
     st = sub.add_parser("stats", help="per-job, per-port counters and drops")
@@ -631,7 +914,17 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.collectives.cli import main as schedule_main
 
         return schedule_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["train"]:
+        from inaemu.controller.train import main as train_main
+
+        return train_main(argv[1:])
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named after the command, not after `inaemu` as argparse would
+        print(
+            f"inaemu {args.command}: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr
+        )
+        return 2
     try:
         result = args.func(args)
     except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""`inaemu demo --algo ina,ring,hd,hdrm,multitree|all`: in-network aggregation and the host
+"""`inaemu demo --algo ina,ring,hd,hdrm,multitree,ps|all`: in-network aggregation and the host
 collectives on the same embedded network, one after the other, no root needed.
 
     inaemu demo --topo leaf-spine:2x2x2 --algo all
@@ -9,7 +9,9 @@ collectives on the same embedded network, one after the other, no root needed.
    on every switch (`inaemu routes`), the INA job when `ina` runs, loss injection if asked;
 2. one worker process per host, kept for the whole comparison (`compare_worker.serve`);
 3. for each algorithm in turn: every worker attaches (INA: its client; a host collective:
-   a `WirePeerChannel`, IPv4/UDP frames host to host routed by the switches), all start
+   a `WirePeerChannel`, IPv4/UDP frames host to host routed by the switches, running the
+   algorithm's schedule in its own rank order under `--node-ports`, the schedule `inaemu
+   schedule` checks: `collective_schedules`, `schedule_task`), all start
    together, all-reduce the same input with the same codec, detach; the parent reads every
    switch's counters before and after;
 4. every result is checked against the reference switch's (bit for bit: the host
@@ -42,6 +44,7 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm
+from inaemu.collectives.routes import ALL_PORTS, DIRECT_ROLES
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.compare_worker import ATTACH_TIMEOUT, AlgoResult, Task, serve
 from inaemu.controller.demo import (
@@ -122,6 +125,12 @@ class CompareReport:
     def ok(self) -> bool:
         return all(r.ok for r in self.rows)
 
+    def _node_model(self) -> str:
+        """The node model the schedules were built for, where the topology has direct nodes."""
+        if not any(s.role in DIRECT_ROLES for s in self.topology.switches.values()):
+            return ""
+        return f", node ports {self.options.node_ports} (schedules built for it)"
+
     def render(self) -> str:
         o = self.options
         kind = "int32" if o.codec == "int32" else "float32"
@@ -129,7 +138,7 @@ class CompareReport:
             f"inaemu demo --algo: {self.spec}: {len(self.topology.switches)} switches "
             f"({describe_roles(self.topology)}), {len(self.workers)} workers x {o.size:,} "
             f"{kind}, codec {o.codec}, injected loss {o.loss:.1%}, host frames up to "
-            f"{o.mtu} B IPv4",
+            f"{o.mtu} B IPv4{self._node_model()}",
             f"  embedded links have no bandwidth limit: times are the work of "
             f"{len(self.topology.switches)} switch and {len(self.workers)} worker processes "
             f"on {self.cores} cores, not a network's speed (Mininet --bw measures that)",
@@ -285,27 +294,34 @@ class _Workers:
         except threading.BrokenBarrierError:
             failed.append(f"the workers did not all attach within {ATTACH_TIMEOUT:.0f} s")
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Tell every worker to end and wait for it (`wait`: at most 5 s); without `wait`
+        (the comparison was interrupted or failed: a worker may be mid-algorithm), end them
+        at once."""
         for q in self.tasks:
             q.put(None)
-        for p in self.procs:
-            p.join(5)
+        if wait:
+            for p in self.procs:
+                p.join(5)
         for p in self.procs:
             if p.is_alive():
                 p.terminate()
-                p.join(5)
+        for p in self.procs:
+            p.join(5)
 
 
-def _schedules(
-    algos: Sequence[str], topo: Topology, workers: tuple[str, ...]
+def collective_schedules(
+    algos: Sequence[str], topo: Topology, workers: Sequence[str], node_ports: str = ALL_PORTS
 ) -> dict[str, Schedule | str]:
-    """Each host collective's schedule, or why it cannot run here."""
+    """Each host collective's schedule over `workers` in the algorithm's own rank order
+    (`Algorithm.schedule_among`, the schedule `inaemu schedule` checks) under the node model
+    `node_ports`, or why it cannot run here."""
     out: dict[str, Schedule | str] = {}
     for name in algos:
         if name == "ina":
             continue
         try:
-            sched = algorithm(name).schedule(topo, workers).validate()
+            sched = algorithm(name).schedule_among(topo, workers, node_ports=node_ports)
         except ScheduleError as exc:
             out[name] = str(exc)
             continue
@@ -314,6 +330,21 @@ def _schedules(
         else:
             out[name] = sched
     return out
+
+
+def worker_seat(topo: Topology, host: str, n_trees: int) -> Seat:
+    """Where the worker on `host` sits: its switch port, its and its switch's addresses."""
+    sw, port = topo.host_attachment(host)
+    h, agg = topo.hosts[host], topo.switches[sw]
+    return Seat(sw, port, n_trees, False, (h.mac, h.ip), (agg.agg_mac, agg.agg_ip))
+
+
+def schedule_task(algo: str, run: int, sched: Schedule, topo: Topology) -> Task:
+    """What every worker is handed for a host collective: the schedule and the (mac, ip) of
+    each rank's host in the schedule's rank order (a worker finds its rank there:
+    `compare_worker.task_rank`)."""
+    peers = tuple((topo.hosts[h].mac, topo.hosts[h].ip) for h in sched.hosts)
+    return Task(algo, run, sched.to_json(), peers)
 
 
 def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
@@ -328,7 +359,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     if not 2 <= n <= len(hosts):
         raise DemoError(f"--workers must be 2..{len(hosts)} (the hosts of {spec_text})")
     workers = tuple(hosts[:n])
-    schedules = _schedules(opts.algos, topo, workers)
+    schedules = collective_schedules(opts.algos, topo, workers, opts.node_ports)
     job = None
     if "ina" in opts.algos:
         job = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
@@ -341,6 +372,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     switches: dict[str, Any] = {}
     pool: _Workers | None = None
     rows: list[AlgoRow] = []
+    finished = False
     try:
         switches, addresses = start_switches(topo, workers, wires.path, opts)
         for name, address in addresses.items():
@@ -352,11 +384,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
         except (JobError, ControllerError) as exc:
             raise DemoError(str(exc)) from None
         n_trees = len(record.trees) if record is not None else 1
-        seats = []
-        for host in workers:
-            sw, port = topo.host_attachment(host)
-            h, agg = topo.hosts[host], topo.switches[sw]
-            seats.append(Seat(sw, port, n_trees, False, (h.mac, h.ip), (agg.agg_mac, agg.agg_ip)))
+        seats = [worker_seat(topo, host, n_trees) for host in workers]
         pool = _Workers(opts, seats, lambda: all(p.poll() is None for p in switches.values()))
         ref = reference(opts)
         for i, algo in enumerate(opts.algos):
@@ -368,10 +396,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
             if sched is None:
                 tasks = [Task(algo, run) for _ in workers]
             else:
-                peers = tuple(
-                    (topo.hosts[h].mac, topo.hosts[h].ip) for h in sched.hosts
-                )  # rank order
-                tasks = [Task(algo, run, sched.to_json(), peers) for _ in workers]
+                tasks = [schedule_task(algo, run, sched, topo) for _ in workers]
             if opts.progress:
                 print(f"  running {algo} ...", file=out, flush=True)
             before = _counts(loop.run_until_complete(ctl.read_stats()))
@@ -391,10 +416,11 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
             row.max_error = max(c[1] for c in checks)
             _traffic(row, topo, workers, _delta(before, after))
             rows.append(row)
+        finished = True
         return CompareReport(opts, topo, spec_text, workers, rows, os.cpu_count() or 1)
     finally:
         if pool is not None:
-            pool.stop()
+            pool.stop(wait=finished)
         if ctl is not None:
             loop.run_until_complete(ctl.close())
         loop.close()

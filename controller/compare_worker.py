@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.controller.demo_worker import DemoOptions, Seat, ina_client
+from inaemu.controller.demo_worker import DemoOptions, Seat, end_with_parent, ina_client
 from inaemu.hostlib.worker import digest, worker_input
 
 ATTACH_TIMEOUT = 60.0  # seconds the workers have to attach before an algorithm starts
@@ -50,6 +50,13 @@ class AlgoResult:
     message_bytes: int  # what the algorithm sent: INA payload frames, or schedule messages
 
 
+def task_rank(task: Task, seat: Seat) -> int:
+    """The worker's rank in a host collective's schedule: where its (mac, ip) stands in the
+    task's peers, which follow the schedule's rank order."""
+    assert seat.host is not None
+    return list(task.peers).index(seat.host)
+
+
 def serve(
     worker: int,
     opts: DemoOptions,
@@ -58,7 +65,9 @@ def serve(
     results: Queue[AlgoResult | str],
     go: Barrier,
 ) -> None:
-    """Run tasks until the parent sends None; a failure is one line on `results`."""
+    """Run tasks until the parent sends None (or ends: `end_with_parent`); a failure is one
+    line on `results`."""
+    end_with_parent()
     try:
         x = worker_input(opts.seed, worker, opts.size, opts.density, opts.codec)
         while True:
@@ -119,7 +128,7 @@ def _run(
 
     assert task.schedule is not None and seat.host is not None
     sched = Schedule.from_json(task.schedule, source=f"{task.algo} schedule")
-    rank = list(task.peers).index(seat.host)
+    rank = task_rank(task, seat)
     channel = on_host_wire(
         rank,
         [Endpoint(mac, ip) for mac, ip in task.peers],

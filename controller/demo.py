@@ -15,22 +15,27 @@ worker process per host (or the first `--workers`); the parent checks every resu
 report adds each switch's packets, each link's packets each way and the trees: the root of
 each, the switches under it, and the most trees any link carries.
 
-Ctrl-C or any failure stops the workers and the switches and exits non-zero.
+Ctrl-C, SIGTERM, SIGHUP or any failure stops the workers and the switches and exits non-zero.
+A demo killed with SIGKILL cannot stop them: they stop themselves when it ends
+(`hostlib.lifeline`: the switches are started with `--parent-pid`, the workers call
+`die_with_parent`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import queue
 import secrets
 import select
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
 from typing import IO, Any, Protocol
@@ -195,8 +200,11 @@ class DemoError(RuntimeError):
 
 
 def _launch(argv: list[str], log: IO[str]) -> subprocess.Popen[str]:
+    """A softswitch process that stops when this one ends (`--parent-pid`), whatever ends it.
+    Call it from the main thread (`die_with_parent` says why)."""
     # stderr goes to a file, not a pipe: a pipe nobody drains would stall a chatty switch.
     # The child keeps its own descriptor when ours is closed.
+    argv = [*argv, "--parent-pid", str(os.getpid())]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
 
 
@@ -235,7 +243,11 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
     ]
     with tempfile.TemporaryFile("w+") as log:
         proc = _launch(argv, log)
-        fields = _await_ready(proc, log, time.monotonic() + SWITCH_START_TIMEOUT)
+        try:
+            fields = _await_ready(proc, log, time.monotonic() + SWITCH_START_TIMEOUT)
+        except BaseException:  # e.g. Ctrl-C while it starts
+            stop_switches({"s1": proc})
+            raise
     return proc, fields["grpc"], fields["wire_dir"]
 
 
@@ -567,17 +579,46 @@ class Rendered(Protocol):
     def render(self) -> str: ...
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stop_signals() -> Iterator[list[str]]:
+    """While inside: SIGTERM and SIGHUP (a CI job cancelled, a terminal closed) unwind like
+    Ctrl-C, raising KeyboardInterrupt, so that the `finally`s stop the workers and switches;
+    only the first one raises, so that a second does not cut that short. Yields the names of
+    the signals received. A signal ignored from the start (nohup) stays ignored."""
+    received: list[str] = []
+
+    def unwind(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    old = {
+        s: signal.signal(s, unwind) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN
+    }
+    try:
+        yield received
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def run_and_report(run: Callable[[], Rendered], not_ok: str) -> int:
     """Run a demo, print its report; the exit status: 0 ok, 1 failed (`not_ok` says how, on
-    stderr), 130 interrupted. Workers and switches are stopped by `run` itself."""
-    try:
-        report = run()
-    except DemoError as exc:
-        print(f"inaemu demo: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninaemu demo: interrupted; workers and switches stopped", file=sys.stderr)
-        return 130
+    stderr), 130 interrupted (Ctrl-C, SIGTERM, SIGHUP). Workers and switches are stopped by
+    `run` itself."""
+    with stop_signals() as received:
+        try:
+            report = run()
+        except DemoError as exc:
+            print(f"inaemu demo: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            how = f" ({received[0]})" if received else ""
+            print(f"\ninaemu demo: interrupted{how}; workers and switches stopped", file=sys.stderr)
+            return 130
     print(report.render())
     if not report.ok:
         print(f"inaemu demo: {not_ok}", file=sys.stderr)

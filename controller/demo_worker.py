@@ -7,6 +7,7 @@ laptop that is seconds of start-up saved.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib.lifeline import die_with_parent
 from inaemu.hostlib.worker import digest, worker_input
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ class DemoOptions:
     trees: int = 0  # aggregation trees with a topology (0: one per root candidate)
     algos: tuple[str, ...] = ()  # the comparison (controller/compare.py): ina and schedules
     mtu: int = 1500  # the comparison: IPv4 packet bytes of the host collectives' frames
+    node_ports: str = "all"  # the comparison: torus and mesh node model (collectives.routes)
     dataplane: str = "fast"  # the softswitches' --dataplane: fast (compiled) or reference
 
 
@@ -143,10 +146,18 @@ def ina_client(
         window=opts.window,
         n_workers=opts.workers,
         n_trees=seat.n_trees,
-        run=opts.run or 0,  # the parent's, the same for every worker
+        run=opts.run,  # the parent's, the same for every worker
         give_up_after=opts.timeout,
         on_progress=on_progress,
     )
+
+
+def end_with_parent() -> None:
+    """A worker process (started by multiprocessing) ends when the process that started it
+    does."""
+    parent = mp.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with_parent(parent.pid)
 
 
 def run_worker(
@@ -159,7 +170,9 @@ def run_worker(
     seat: Seat | None = None,
 ) -> None:
     """One worker process: attach to its switch port, wait for `go`, all-reduce its input,
-    report (checked here, or with the result for the parent to check)."""
+    report (checked here, or with the result for the parent to check). It ends with its
+    parent (`die_with_parent`), even one killed with SIGKILL."""
+    end_with_parent()
     from inaemu.hostlib.client import InaError
     from inaemu.hostlib.codecs import make_codec
 

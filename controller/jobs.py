@@ -13,6 +13,11 @@ committed installation. A slot's state from an earlier installation, or from ano
 had the pool before, is then never taken for this one's (docs/protocol.md, "Runs and
 installations"). The counters are part of the manager's state: whoever keeps the jobs across
 processes keeps `epochs` too and hands them back (`JobManager(topo, epochs=...)`).
+
+The workers of an installation number their runs: `next_run` issues run ids 1, 2, ... up to
+65535 and never one twice (`JobRecord.last_run`, kept with the job), so a rerun of the job's
+workers never takes the last run's results for its own (docs/protocol.md, "Runs and
+installations"). A new installation starts again from 1: its epoch tells it apart.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from inaemu.controller.trees import (
 )
 from inaemu.controller.trees import TreeNode as TreeNode  # re-exported: plans name it
 from inaemu.controller.trees import choose_roots as choose_roots
-from inaemu.hostlib.wire import ip_int, mac_bytes
+from inaemu.hostlib.wire import MAX_RUN, ip_int, mac_bytes
 from inaemu.p4.constants import INA_SLOTS
 
 MAX_MGID = 0xFFFF
@@ -76,6 +81,7 @@ class JobRecord:
     # (switch, port, peer, peer port) -> trees whose packets cross that inter-switch link
     # that way (`trees.link_trees`)
     link_trees: dict[DirectedLink, int] = field(default_factory=dict)
+    last_run: int = 0  # the last run id issued to this installation's workers (0: none yet)
 
     @property
     def switches(self) -> list[str]:
@@ -208,7 +214,10 @@ class JobManager:
         if not 0 <= spec.job_id <= 0xFFFF:
             raise JobError(f"job id {spec.job_id} does not fit 16 bits")
         if spec.job_id in self.jobs:
-            raise JobError(f"job {spec.job_id} is already installed; remove it first")
+            raise JobError(
+                f"job {spec.job_id} is already installed; remove it first (`inaemu job remove "
+                f"--job {spec.job_id}`: also when a restarted switch has lost it)"
+            )
         if not spec.workers:
             raise JobError(f"job {spec.job_id} has no workers")
         if len(set(spec.workers)) != len(spec.workers):
@@ -332,6 +341,22 @@ class JobManager:
         for sw, epoch in record.epochs.items():
             self.epochs[sw] = epoch
         self.jobs[spec.job_id] = record
+
+    # ------------------------------------------------------------------ runs
+
+    def next_run(self, job_id: int) -> int:
+        """A run id for the next run of the job's workers, new for this installation: 1, 2,
+        ... (`JobRecord.last_run` + 1). Refused once all 65535 are used."""
+        record = self.jobs.get(job_id)
+        if record is None:
+            raise JobError(f"job {job_id} is not installed (`inaemu job add` first)")
+        if record.last_run >= MAX_RUN:
+            raise JobError(
+                f"job {job_id} has used all {MAX_RUN} run ids of its installation; reinstall "
+                "it (`inaemu job remove`, then `job add`: a new epoch) to number runs from 1 again"
+            )
+        record.last_run += 1
+        return record.last_run
 
     # ------------------------------------------------------------------ remove
 

@@ -12,7 +12,9 @@ same P4Info) and stops with what to run if one has no pipeline or another progra
 
 Every change is planned first (`controller.jobs`) and applied switch by switch; if a switch
 refuses any update, everything this change already wrote is deleted again, so the switches
-are left as they were, and `ControllerError` says which switch refused what and why.
+are left as they were, and `ControllerError` says in one line which switch refused what and
+why. `remove_job(..., gone_ok=True)` (what `inaemu job remove` does) takes an entry a switch
+no longer holds, e.g. after a restart, as removed already.
 """
 
 from __future__ import annotations
@@ -179,9 +181,7 @@ class Controller:
             await self.close()
             # finsy reports a failed pipeline push only in its log: recover the reason
             cause = failures.errors[-1] if failures.errors else exc
-            hint = (
-                "the switch refused the pipeline" if failures.errors else "is the switch running?"
-            )
+            hint = _connect_hint(cause) if failures.errors else "is the switch running?"
             raise ControllerError(
                 f"cannot program switch {sw.name!r} at {sw.grpc} (device {sw.device_id}): "
                 f"{_reason(cause)}; {hint}"
@@ -236,9 +236,14 @@ class Controller:
             table.name, match=fy.P4TableMatch(match), action=fy.P4TableAction(action.name, **params)
         )
 
-    async def apply(self, plans: dict[str, SwitchPlan], *, delete: bool = False) -> None:
-        """Write (or delete) plans on their switches; on any refusal undo what was done."""
+    async def apply(
+        self, plans: dict[str, SwitchPlan], *, delete: bool = False, gone_ok: bool = False
+    ) -> list[str]:
+        """Write (or delete) plans on their switches; on any refusal undo what was done. With
+        `delete` and `gone_ok`, an entry a switch does not hold (NOT_FOUND) counts as deleted;
+        returns the switches that lacked any."""
         done: list[tuple[str, list[Any]]] = []
+        lacking: list[str] = []
         for name in sorted(plans):
             entities = self._entities(plans[name])
             if delete:
@@ -246,6 +251,12 @@ class Controller:
             if not entities:
                 continue
             switch = self._switch(name)
+            if delete and gone_ok:
+                held = await self._delete_held(name, entities, done)
+                if len(held) < len(entities):
+                    lacking.append(name)
+                done.append((name, held))
+                continue
             try:
                 if delete:
                     await switch.delete(entities)
@@ -257,6 +268,26 @@ class Controller:
                 await self._undo([*done, (name, ok)], delete)
                 raise ControllerError(_describe(name, exc, entities)) from None
             done.append((name, entities))
+        return lacking
+
+    async def _delete_held(
+        self, name: str, entities: list[Any], done: list[tuple[str, list[Any]]]
+    ) -> list[Any]:
+        """Delete each of `entities` that switch `name` holds, one per request (a batch with
+        a missing entry is refused whole by some switches, not by others); those it holds.
+        Any other refusal undoes `done` and this switch's deletions: ControllerError."""
+        switch = self._switch(name)
+        held: list[Any] = []
+        for entity in entities:
+            try:
+                await switch.delete([entity])
+            except fy.P4ClientError as exc:
+                if exc.is_not_found_only or exc.code == fy.GRPCStatusCode.NOT_FOUND:
+                    continue
+                await self._undo([*done, (name, held)], True)
+                raise ControllerError(_describe(name, exc, [entity])) from None
+            held.append(entity)
+        return held
 
     async def _undo(self, done: list[tuple[str, list[Any]]], was_delete: bool) -> None:
         for name, entities in reversed(done):
@@ -282,10 +313,14 @@ class Controller:
         self.jobs.commit_add(record)
         return record
 
-    async def remove_job(self, job_id: int) -> None:
+    async def remove_job(self, job_id: int, *, gone_ok: bool = False) -> list[str]:
+        """Delete the job from its switches and forget it. With `gone_ok`, what a switch no
+        longer holds (it restarted) counts as deleted; returns the switches that lacked any of
+        it (else a missing entry is refused: NOT_FOUND, nothing changed)."""
         plans = self.jobs.plan_remove(job_id)
-        await self.apply(plans, delete=True)
+        lacking = await self.apply(plans, delete=True, gone_ok=gone_ok)
         self.jobs.commit_remove(job_id)
+        return lacking
 
     async def install_routes(self) -> None:
         if not self.routes_installed:
@@ -357,6 +392,20 @@ class _FinsyFailures(logging.Handler):
             self.errors.append(record.exc_info[1])
 
 
+def _connect_hint(cause: BaseException) -> str:
+    """What a failure finsy logged while connecting means, by the request that failed."""
+    operation = getattr(cause, "_operation", "")  # finsy: "send"/"receive" on the stream
+    if not isinstance(cause, fy.P4ClientError):
+        return "the connection to the switch failed"
+    if operation.startswith("SetForwardingPipelineConfig"):
+        return "the switch refused the pipeline"
+    if operation in ("send", "receive"):
+        if cause.code == fy.GRPCStatusCode.RESOURCE_EXHAUSTED:
+            return "the switch has no StreamChannel slot for this controller"
+        return "the switch ended the controller's StreamChannel"
+    return f"the switch refused {operation or 'a request'}"
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer in {CONNECT_TIMEOUT:.0f}s"
@@ -369,12 +418,26 @@ def _reason(exc: BaseException) -> str:
 
 
 def _describe(switch: str, exc: fy.P4ClientError, entities: list[Any]) -> str:
+    """One line: how many updates the switch refused, the first one's reason (one that
+    failed, not one aborted because another did)."""
     if not exc.details:
         return f"switch {switch!r} refused the change ({exc.code.name}: {exc.message}); rolled back"
-    lines = [
-        f"switch {switch!r} refused {len(exc.details)} of {len(entities)} updates; "
-        "everything this change wrote was rolled back:"
-    ]
-    for index, err in sorted(exc.details.items())[:5]:
-        lines.append(f"  {entities[index]!r}: {err.canonical_code.name}: {err.message}")
-    return "\n".join(lines)
+    errors = sorted(exc.details.items())
+    index, err = next(
+        ((i, e) for i, e in errors if e.canonical_code != fy.GRPCStatusCode.ABORTED), errors[0]
+    )
+    return (
+        f"switch {switch!r} refused {len(exc.details)} of {len(entities)} updates, e.g. "
+        f"{_entity_name(entities[index])}: {err.canonical_code.name}: {err.message}; "
+        "everything this change wrote was rolled back"
+    )
+
+
+def _entity_name(entity: Any) -> str:
+    """A P4Runtime entity in a few words: `table T entry {key}`, `multicast group G`."""
+    if isinstance(entity, fy.P4TableEntry):
+        match = dict(entity.match) if entity.match is not None else {}
+        return f"table {entity.table_id} entry {match}"
+    if isinstance(entity, fy.P4MulticastGroupEntry):
+        return f"multicast group {entity.multicast_group_id}"
+    return type(entity).__name__

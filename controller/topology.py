@@ -18,15 +18,16 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from inaemu.hostlib.wire import ip_int, mac_bytes
+from inaemu.p4.constants import DROP_PORT
 
 _END = re.compile(r"^(?P<node>[A-Za-z_][\w.]*)-p(?P<port>\d+)$")
-MAX_PORT = 510  # 511 is bmv2's drop port
+MAX_PORT = DROP_PORT - 1  # the highest port a link may use
 
 
 class TopologyError(ValueError):
@@ -235,7 +236,10 @@ class Topology:
                             f"link #{i}: switch end {node!r} needs a port: write '{node}-pN'"
                         )
                     if not 0 <= port <= MAX_PORT:
-                        raise TopologyError(f"link #{i}: port {port} of {node!r} not in 0..510")
+                        raise TopologyError(
+                            f"link #{i}: port {port} of {node!r} not in 0..{MAX_PORT} "
+                            f"({DROP_PORT} is the drop port)"
+                        )
                     if (node, port) in used:
                         raise TopologyError(
                             f"port {port} of switch {node!r} is used by links "
@@ -523,30 +527,85 @@ TOPOLOGY_SCHEMA = Record(
 )
 
 
+MAX_JSON_BYTES = 64 << 20  # a JSON input file (topology, job state, schedule): 64 MiB
+MAX_JSON_DEPTH = 32  # arrays and objects nested in each other (the files need 5)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_NESTING = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply arrays and objects nest in the JSON `text` (brackets inside strings do not
+    count), counted up to `limit + 1` only: the parser is not handed what is deeper."""
+    depth = deepest = 0
+    for m in _JSON_NESTING.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if m[0] in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+    return deepest
+
+
 def read_json(path: Path, what: str) -> Any:
     """A JSON file's content; `TopologyError` naming the file if it is missing, unreadable,
-    not JSON or has an object with a key twice."""
+    larger than `MAX_JSON_BYTES`, nested deeper than `MAX_JSON_DEPTH`, not JSON or has an
+    object with a key twice."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise TopologyError(f"{path}: no such {what}") from None
     except IsADirectoryError:
         raise TopologyError(f"{path}: is a directory, not a {what}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{path}: not UTF-8 text; expected a JSON {what}") from None
     except OSError as exc:
         raise TopologyError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise TopologyError(
+            f"{path}: larger than {MAX_JSON_BYTES:,} bytes; not a {what} inaemu reads"
+        )
     try:
-        return json.loads(text, object_pairs_hook=_json_object)
-    except json.JSONDecodeError as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TopologyError(f"{path}: not UTF-8 text; expected a JSON {what}") from None
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise TopologyError(
+            f"{path}: lists and objects nested more than {MAX_JSON_DEPTH} deep; not a {what}"
+        )
+    try:
+        return json.loads(text, object_pairs_hook=_json_object, parse_int=_json_int)
+    except ValueError as exc:  # json.JSONDecodeError, or a number `_json_int` refuses
         raise TopologyError(f"{path}: not valid JSON ({exc})") from None
 
 
+def _json_int(text: str) -> int:
+    if len(text) > 40:  # int() refuses 4300 digits and more, saying to raise a Python limit
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
 # ---------------------------------------------------------------------- builders
+#
+# What the builders can address, checked before anything is built: host i (from 0) gets
+# 10.0.<i div 250>.<i mod 250 + 1>/16 (`_host_addr`), switch d (from 1) the P4Runtime port
+# grpc_base + d - 1.
+
+MAX_HOSTS = 256 * 250  # 64,000
+DEFAULT_GRPC_BASE = 9559
 
 
 def _host_addr(i: int) -> tuple[str, str]:
     return f"10.0.{i // 250}.{i % 250 + 1}/16", f"08:00:00:00:{i // 256:02x}:{i % 256:02x}"
+
+
+def _check_size(name: str, hosts: int, switches: int, grpc_base: int = DEFAULT_GRPC_BASE) -> None:
+    """Refuse a topology larger than the builders can address, before building it."""
+    most = 65535 - grpc_base + 1
+    if hosts > MAX_HOSTS or switches > most:
+        raise TopologyError(
+            f"{name} would have {hosts:,} hosts and {switches:,} switches; the builders make "
+            f"at most {MAX_HOSTS:,} hosts (10.0.0.0/16) and {most:,} switches (P4Runtime ports "
+            f"{grpc_base}..65535)"
+        )
 
 
 def star(n_hosts: int, *, grpc: str = "127.0.0.1:9559") -> Topology:
@@ -578,6 +637,8 @@ def leaf_spine(
             f"leaf-spine {n_leaves}x{n_spines}x{hosts_per_leaf} needs more than {MAX_PORT} "
             "ports on a switch"
         )
+    name = f"leaf-spine {n_leaves}x{n_spines}x{hosts_per_leaf}"
+    _check_size(name, n_leaves * hosts_per_leaf, n_leaves + n_spines, grpc_base)
     topo = Topology()
     dev = 1
     for j in range(n_spines):
@@ -590,10 +651,10 @@ def leaf_spine(
         leaf = f"l{i + 1}"
         topo.add_switch(leaf, grpc=f"127.0.0.1:{grpc_base + dev - 1}", device_id=dev, role="leaf")
         dev += 1
-        for _ in range(hosts_per_leaf):
+        for port in range(1, hosts_per_leaf + 1):
             ip, mac = _host_addr(k)
             topo.add_host(f"h{k + 1}", ip, mac)
-            topo.link(f"h{k + 1}", leaf)
+            topo.link(f"h{k + 1}", leaf, b_port=port)
             k += 1
         for j in range(n_spines):
             topo.link(leaf, f"s{j + 1}", a_port=hosts_per_leaf + j + 1, b_port=i + 1)
@@ -607,6 +668,7 @@ def fat_tree(k: int, *, grpc_base: int = 9559) -> Topology:
     (i-1)k/2 + 1 .. ik/2."""
     if k < 2 or k % 2:
         raise TopologyError(f"a fat tree needs an even k >= 2, got {k}")
+    _check_size(f"fat-tree {k}", k**3 // 4, 5 * k * k // 4, grpc_base)
     half = k // 2
     topo = Topology()
     dev = 1
@@ -625,10 +687,10 @@ def fat_tree(k: int, *, grpc_base: int = 9559) -> Topology:
         for e in range(half):
             edge = f"e{p + 1}_{e + 1}"
             sw(edge, "edge")
-            for _ in range(half):
+            for port in range(1, half + 1):
                 ip, mac = _host_addr(h)
                 topo.add_host(f"h{h + 1}", ip, mac)
-                topo.link(f"h{h + 1}", edge)
+                topo.link(f"h{h + 1}", edge, b_port=port)
                 h += 1
             for a in range(half):  # edge uplinks on ports half+1..k, agg downlinks 1..half
                 topo.link(edge, f"a{p + 1}_{a + 1}", a_port=half + a + 1, b_port=e + 1)
@@ -659,6 +721,8 @@ def bigraph(hosts_per_switch: int, n_switches: int, *, grpc_base: int = 9559) ->
             f"BiGraph({hosts_per_switch}, {n_switches}) needs {hosts_per_switch + half} ports "
             f"per switch; a switch has {MAX_PORT}"
         )
+    name = f"BiGraph({hosts_per_switch}, {n_switches})"
+    _check_size(name, hosts_per_switch * n_switches, n_switches, grpc_base)
     topo = Topology()
     for i in range(n_switches):
         role = "upper" if i < half else "lower"
@@ -696,6 +760,7 @@ def _grid(rows: int, cols: int, wrap: bool, grpc_base: int) -> Topology:
             f"a torus of {rows}x{cols} would link two switches twice in a dimension of 2; "
             "use 1 or at least 3 (or a mesh)"
         )
+    _check_size(f"{kind} {rows}x{cols}", rows * cols, rows * cols, grpc_base)
     topo = Topology()
     for r in range(rows):
         for c in range(cols):
@@ -727,6 +792,60 @@ def mesh(rows: int, cols: int, *, grpc_base: int = 9559) -> Topology:
     return _grid(rows, cols, False, grpc_base)
 
 
+def assign_devices(
+    topo: Topology,
+    *,
+    grpc: str | None = None,
+    device_id: int | None = None,
+    grpc_of: Mapping[str, str] | None = None,
+    device_id_of: Mapping[str, int] | None = None,
+) -> Topology:
+    """`topo` with the P4Runtime address and device id of its switches set, validated.
+
+    `grpc` ("host:port") is the first switch's address, the others (in the topology's order)
+    get the ports after it on the same host; `device_id` is the first switch's id, the others
+    the ids after it. `grpc_of` and `device_id_of` set single switches (by name) and win.
+    Whatever is not given stays as it was (the builders: 127.0.0.1:9559 and on, ids 1 and on).
+    """
+    names = list(topo.switches)
+    for what, given in (("--grpc", grpc_of or {}), ("--device-id", device_id_of or {})):
+        unknown = [n for n in given if n not in topo.switches]
+        if unknown:
+            raise TopologyError(
+                f"{what} {unknown[0]}=...: the topology has no switch {unknown[0]!r} "
+                f"(its switches: {', '.join(names)})"
+            )
+    first_host, first_port = "", 0
+    if grpc is not None:
+        first_host, _, port_text = grpc.rpartition(":")
+        if not (first_host and port_text.isascii() and port_text.isdigit()):
+            raise TopologyError(f"--grpc {grpc}: write HOST:PORT, e.g. 127.0.0.1:9559")
+        first_port = int(port_text)
+        last = first_port + len(names) - 1
+        if first_port < 1 or last > 65535:
+            need = f" ({len(names)} switches need {first_port}..{last})" if len(names) > 1 else ""
+            raise TopologyError(f"--grpc {grpc}: ports are 1..65535{need}")
+    for name, address in (grpc_of or {}).items():
+        if not _grpc_address(address):
+            raise TopologyError(f"--grpc {name}={address}: write HOST:PORT, e.g. 127.0.0.1:9559")
+    ids = {"": device_id + len(names) - 1} if device_id is not None else {}  # the last one
+    for name, number in {**ids, **(device_id_of or {})}.items():
+        if not 0 <= number < 2**64:
+            shown = f"{name}={number}" if name else f"{device_id} ({len(names)} switches)"
+            raise TopologyError(f"--device-id {shown}: a device id is 0..2^64-1")
+    out = Topology(dict(topo.hosts), {}, list(topo.links))
+    for i, name in enumerate(names):
+        sw = topo.switches[name]
+        address = f"{first_host}:{first_port + i}" if grpc is not None else sw.grpc
+        number = device_id + i if device_id is not None else sw.device_id
+        out.switches[name] = replace(
+            sw,
+            grpc=(grpc_of or {}).get(name, address),
+            device_id=(device_id_of or {}).get(name, number),
+        )
+    return out.validate()
+
+
 # the compact form of every builder: kind -> (what the numbers are, builder)
 SPEC_FORMS: dict[str, tuple[str, Callable[..., Topology]]] = {
     "star": ("HOSTS", star),
@@ -750,6 +869,11 @@ def from_spec(spec: str) -> Topology:
     parts = numbers.split("x")
     if len(parts) != form.count("x") + 1 or not all(p.isascii() and p.isdigit() for p in parts):
         raise TopologyError(f"topology {spec!r}: write {kind}:{form}, e.g. {_EXAMPLES[kind]}")
+    if any(len(p) > 9 for p in parts):  # far beyond any cap, and int() stops at 4300 digits
+        raise TopologyError(
+            f"topology {spec[:60]!r}: numbers of at most 9 digits; the builders make at most "
+            f"{MAX_HOSTS:,} hosts"
+        )
     topo: Topology = builder(*(int(p) for p in parts))
     return topo
 

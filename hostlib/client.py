@@ -29,7 +29,10 @@ congestion window (final, min, mean, max) and the timer (SRTT, RTTVAR, RTO).
 A run is one execution of the job's workers: every worker of a run passes the same `run` id
 (0..65535), and each new run (workers restarted, a job rerun from chunk 0) takes a new one, so
 that the switch tells the new run's chunk 0 from the old run's (docs/protocol.md, "Runs and
-installations"). Launchers draw it once and hand it to every worker.
+installations"). There is no default: a client without one (`run=` or `start_run`) refuses
+to aggregate and says where to get one (`inaemu job new-run`, which never repeats one for an
+installation; the DDP hook state, which shares one over the process group; launchers draw one
+and hand it to every worker).
 
     client = InaClient(LoopbackWireTransport(1, wire_dir), job_id=1, window=64, run=run)
     total = client.allreduce(gradient)                  # fixed-point codec by default
@@ -79,6 +82,16 @@ _RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
 
 class InaError(RuntimeError):
     """Base of the client's errors."""
+
+
+def no_run_message(job_id: int) -> str:
+    """Why a client without a run id refuses, and where to get one."""
+    return (
+        f"job {job_id}: no run id: give every worker of this run the same new one "
+        f"(InaClient(run=...) or start_run), e.g. from `inaemu job new-run -t topology.json "
+        f"--job {job_id}`, or let the DDP hook state share one; a reused one gets the last "
+        "run's sums back, or stalls"
+    )
 
 
 class InaTimeoutError(InaError, TimeoutError):
@@ -135,6 +148,26 @@ class RttEstimator:
         self.min_rtt = min(self.min_rtt, rtt)
         self.backoff = 0
         self.samples += 1
+
+    def sample_many(self, rtts: list[float], per_rtt: int = 1) -> None:
+        """`sample` for each of `rtts` in order (the same arithmetic, without a call each)."""
+        if not rtts:
+            return
+        if self.srtt is None:
+            self.sample(rtts[0], per_rtt)
+            rtts = rtts[1:]
+        srtt, rttvar, low = self.srtt, self.rttvar, self.min_rtt
+        assert srtt is not None
+        scale = max(per_rtt, 1)
+        alpha, beta = self.ALPHA / scale, self.BETA / scale
+        for rtt in rtts:
+            rtt = max(rtt, 0.0)
+            rttvar = (1 - beta) * rttvar + beta * abs(srtt - rtt)
+            srtt = (1 - alpha) * srtt + alpha * rtt
+            low = min(low, rtt)
+        self.srtt, self.rttvar, self.min_rtt = srtt, rttvar, low
+        self.backoff = 0
+        self.samples += len(rtts)
 
     def back_off(self) -> None:
         self.backoff = min(self.backoff + 1, self.MAX_BACKOFF)
@@ -305,7 +338,8 @@ class InaClient:
 
     Every worker of a job must make the same sequence of calls with arrays of the same length
     (the chunk numbering and the codecs' phases depend on it), and use the same `run` id, a new
-    one for every run of the job (see the module doc).
+    one for every run of the job (see the module doc): `run=` here, or `start_run` before the
+    first operation (`run=None`: an operation before it raises `InaError`).
 
     `window` is the job's pool (W slots); the congestion window (`cc`, at most W) decides how
     many chunks are in flight, `initial_cwnd` at first; `congestion_control=False` keeps it
@@ -320,7 +354,7 @@ class InaClient:
         window: int,
         n_workers: int | None = None,
         n_trees: int = 1,
-        run: int = 0,
+        run: int | None = None,
         initial_rto: float = 0.1,
         min_rto: float = 0.02,
         max_rto: float = 1.0,
@@ -348,9 +382,10 @@ class InaClient:
         self.give_up_after = give_up_after
         self.on_progress = on_progress  # called with the number of chunks just completed
         self.clock = clock
-        self.run = 0  # this run's id: the top 16 bits of every seq
+        self.run: int | None = None  # this run's id: the top 16 bits of every seq
         self.next_chunk = 0  # chunk number within the run; never restarts (see module doc)
-        self.start_run(run)
+        if run is not None:
+            self.start_run(run)
         self.stats = ClientStats()
         self._tx = 0  # copies sent so far: the transmission number of the next one
 
@@ -408,6 +443,9 @@ class InaClient:
         The mask marks the elements of chunks whose result carried Flag.OVERFLOW (a saturated
         SUM somewhere in that chunk).
         """
+        run = self.run
+        if run is None:
+            raise InaError(no_run_message(self.job_id))
         flat = np.ascontiguousarray(values, dtype=np.int32).reshape(-1)
         n = flat.size
         self.stats.operations += 1
@@ -427,7 +465,7 @@ class InaClient:
             job_id=self.job_id,
             tree_id=slot_index % self.n_trees,
             slot=slot_index | (((chunk_ids // self.window) % 2) * SLOT_SET_BIT),
-            seq=(self.run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
+            seq=(run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
             values=padded.reshape(n_chunks, K),
             lanes=lanes,
         )
@@ -614,6 +652,13 @@ class _Exchange:
                         chunk = last - w
                 out.append(chunk)
             return out
+        chunks: list[int] = self.match_many(got).tolist()
+        return chunks
+
+    def match_many(self, got: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
+        """`match` in numpy, for batches larger than SMALL_BATCH."""
+        c, w = self.c, self.c.window
+        first16 = self.first & SEQ_CHUNK_MASK
         seqs = got["seq"].astype(np.int64)
         slots = (got["slot"] & SLOT_INDEX_MASK).astype(np.int64)
         latest = self.slot_latest[np.minimum(slots, w - 1)]
@@ -628,7 +673,9 @@ class _Exchange:
         previous = (
             mine & ~current & (latest >= w) & (((first16 + latest - w) & SEQ_CHUNK_MASK) == counter)
         )
-        chunks: list[int] = np.where(current, latest, np.where(previous, latest - w, -1)).tolist()
+        chunks: npt.NDArray[np.int64] = np.where(
+            current, latest, np.where(previous, latest - w, -1)
+        )
         return chunks
 
     def take(self, got: npt.NDArray[np.void], now: float) -> None:
@@ -636,7 +683,13 @@ class _Exchange:
         c, st = self.c, self.c.stats
         if got.dtype != INA_DTYPE:  # e.g. concatenated: numpy makes the fields native
             got = got.astype(INA_DTYPE)
-        chunks = self.match(got)
+        if len(got) > SMALL_BATCH:
+            matched = self.match_many(got)
+            if self.take_first_results(got, matched, now):
+                return
+            chunks: list[int] = matched.tolist()
+        else:
+            chunks = self.match(got)
         flags = got["ver_flags"].tolist()
         values = got["values"]
         done, deadline, lost, retries = self.done, self.deadline, self.lost, self.retries
@@ -685,10 +738,55 @@ class _Exchange:
         self.last_result_at = now
         if spurious_timeout:
             self.spurious_timeout(now, delay, undo)
+        self.completed(n_new, now, limited)
+
+    def take_first_results(
+        self, got: npt.NDArray[np.void], chunks: npt.NDArray[np.int64], now: float
+    ) -> bool:
+        """`take` in numpy for a batch in which every result is the first for a chunk in
+        flight (the common case): the same changes, record by record in the same order where
+        order matters (the RTT samples). False, with nothing changed, for any other batch."""
+        c, st = self.c, self.c.stats
+        mine = chunks >= 0
+        idx = chunks[mine]
+        n_new = len(idx)
+        if not n_new:
+            st.foreign_packets += len(chunks)
+            return True
+        if self.done[idx].any() or np.isinf(self.deadline[idx]).any():
+            return False  # a duplicate, or a chunk presumed lost: record by record
+        if n_new > 1 and len(np.unique(idx)) != n_new:
+            return False
+        per_rtt = max(self.in_flight, 1)
+        limited = 2 * self.in_flight >= c.cc.allowed
+        st.foreign_packets += len(chunks) - n_new
+        self.done[idx] = True
+        self.result[idx] = got["values"][mine]
+        over = (got["ver_flags"][mine] & _OVERFLOW) != 0
+        if over.any():
+            self.overflow[idx[over]] = True
+            st.overflowed_chunks += int(over.sum())
+        self.deadline[idx] = np.inf
+        self.in_flight -= n_new
+        once = idx[self.retries[idx] == 0]  # Karn's rule: only chunks sent once are timed
+        if len(once):
+            rtts: list[float] = (now - self.sent_at[once]).tolist()
+            c.rtt.sample_many(rtts, per_rtt)
+            room = 10_000 - len(st.rtt_samples)
+            if room > 0:
+                st.rtt_samples.extend(rtts[:room])
+            np.maximum.at(self.answered_once, once % c.n_trees, once)
+        self.last_result_at = now
+        self.completed(n_new, now, limited)
+        return True
+
+    def completed(self, n_new: int, now: float, limited: bool) -> None:
+        """`n_new` chunks just completed: the window's base, the congestion window, stats."""
+        c, st = self.c, self.c.stats
         self.remaining -= n_new
         st.results += n_new
         base = self.base
-        while base < self.next_new and done[base]:
+        while base < self.next_new and self.done[base]:
             base += 1
         self.base = base
         c.cc.on_results(n_new, limited)

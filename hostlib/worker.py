@@ -1,21 +1,36 @@
-"""One training worker as a process: all-reduce a generated array through the switch with the
-kernel's UDP stack, the way a worker on a Mininet host or a network namespace does.
+"""One training worker as a process: it all-reduces a generated array through the switch with
+the kernel's UDP stack, as a worker on a Mininet host or in a network namespace does.
 
     python -m inaemu.hostlib.worker --job 1 --workers 4 --rank 0 \\
-        --local-ip 10.0.0.1 --switch-ip 10.0.0.254 --switch-mac 02:00:00:00:00:fe \\
-        --size 100000 --seed 1 --codec int32 --out r0.npy
+        --local-ip 10.0.0.1 --mac 00:00:00:00:00:01 \\
+        --switch-ip 10.0.0.254 --switch-mac 02:00:00:00:00:fe \\
+        --run "$(inaemu job new-run -t topology.json --job 1)" \\
+        --size 100000 --seed 1 --codec int32 --check --out r0.npy
 
-It sets up what the host needs (`--switch-mac`: a permanent ARP entry for the switch's
-aggregation address, so the first packets are not lost to ARP), generates its input like the
-demo's workers (`worker_input`), runs `--repeat` allreduces, writes the last result to
-`--out` (.npy) and prints one JSON line per allreduce: rank, seconds, its `start` and `end`
-on the wall clock (Unix seconds), the CPU seconds it took, digest of the result and the
-client's counters (`ClientStats.summary()`: packets, retransmissions and the spurious ones
-it saw, timeouts, congestion window, SRTT and RTO). `--start-at` holds the first allreduce
-until a wall-clock time, so that workers started one by one begin together (a benchmark
-measures from there); `--fixed-window` keeps the whole window in flight (SwitchML's fixed
-window, no congestion control). Exit status: 0 done; 1 the allreduce failed (the message
-names the job and the chunks that got no result); 2 bad arguments or host set-up.
+Before it sends anything it checks the host (docs/protocol.md, "What a host needs"): the
+interface facing the switch (the route from --local-ip to --switch-ip) must have --mac, the
+MAC topology.json gives this host, because the switch addresses every result to that MAC and
+the kernel drops frames to any other. With --switch-mac it adds a permanent ARP entry for the
+switch's aggregation address (CAP_NET_ADMIN, as a Mininet host's processes have), since the
+switch answers no ARP.
+
+--run is the run id, required: the same on every worker of a run and new for every run of
+the job's installation (`inaemu job new-run` issues 1, 2, ... and never one twice). A rerun
+with the last run's id would get that run's sums back, or stall.
+
+Its input is `worker_input(seed, rank, size, density, codec)`, the demo workers' input. It runs
+--repeat allreduces, writes the last result to --out (.npy) and prints one JSON line per
+allreduce: rank, seconds, its start and end on the wall clock (Unix seconds), the CPU seconds
+it took, digest of the result (sha256, 16 hex digits: the same on every worker), "check" with
+--check, and the client's counters (`ClientStats.summary()`: packets, retransmissions and the
+spurious ones it saw, timeouts, congestion window, SRTT and RTO). With --check it compares
+every result with the exact expected sum of all ranks' inputs (`expected_sum`: numpy's int32
+sum, or the codec run against the reference switch), which it computes before starting.
+
+Exit status: 0 done (and, with --check, every result exact); 1 an allreduce failed (the
+message names the job and the chunks that got no result); 2 bad arguments or host set-up;
+3 a result differs from the expected sum (--check); 130 interrupted. Errors are one line on
+stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +38,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -32,9 +48,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.client import InaClient, InaError
+from inaemu.hostlib import args as arg
+from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
 from inaemu.hostlib.codecs import CODECS, make_codec
+from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.transport import TransportError, UdpTransport
+from inaemu.hostlib.wire import mac_bytes
 
 
 def worker_input(
@@ -52,78 +71,219 @@ def worker_input(
     return x
 
 
+def expected_sum(
+    seed: int, n_workers: int, size: int, density: float = 1.0, codec: str = "fixedpoint"
+) -> npt.NDArray[Any]:
+    """What every one of `n_workers` workers with `worker_input` must get: numpy's exact sum
+    of the inputs for the int32 codec (ValueError if it overflows int32), else the codec run
+    against the reference switch (`simulate_allreduce`), which the switch matches bit for bit."""
+    if codec == "int32":
+        total = np.zeros(size, np.int64)
+        for rank in range(n_workers):
+            total += worker_input(seed, rank, size, density, codec)
+        if total.size and (
+            total.min() < np.iinfo(np.int32).min or total.max() > np.iinfo(np.int32).max
+        ):
+            raise ValueError("the int32 sum of the inputs overflows; use fewer workers")
+        return np.asarray(total, dtype=np.int32)
+    inputs = [worker_input(seed, rank, size, density, codec) for rank in range(n_workers)]
+    results, _ = simulate_allreduce(make_codec(codec), inputs)
+    return results[0]
+
+
 def digest(x: npt.NDArray[Any]) -> str:
     return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()[:16]
 
 
-def add_static_arp(ip: str, mac: str, local_ip: str) -> None:
-    """A permanent neighbour entry for the switch's aggregation address on the interface that
-    holds `local_ip` (needs CAP_NET_ADMIN, as on a Mininet host)."""
-    out = subprocess.run(
-        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=True
-    ).stdout
-    devs = [ln.split()[1] for ln in out.splitlines() if f" {local_ip}/" in ln]
-    if not devs:
-        raise OSError(f"no interface has the address {local_ip}")
-    proc = subprocess.run(
-        ["ip", "neigh", "replace", ip, "lladdr", mac, "dev", devs[0], "nud", "permanent"],
-        capture_output=True,
-        text=True,
-    )
+def _ip(*args: str) -> str:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise OSError(f"cannot add the ARP entry {ip} -> {mac}: {proc.stderr.strip()}")
+        raise OSError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def facing_interface(switch_ip: str, local_ip: str) -> str:
+    """The interface (of this network namespace) that traffic from `local_ip` to the switch's
+    `switch_ip` leaves by, and its results arrive on."""
+    out = _ip("-o", "route", "get", switch_ip, "from", local_ip)
+    found = re.search(r" dev (\S+)", out)
+    if found is None:
+        raise OSError(f"no route from {local_ip} to {switch_ip}: {out.strip()}")
+    return found.group(1)
+
+
+def interface_mac(dev: str) -> str:
+    """The MAC address of interface `dev`, lower case."""
+    found = re.search(r"link/\S+ ([0-9a-fA-F:]{17})", _ip("-o", "link", "show", "dev", dev))
+    if found is None:
+        raise OSError(f"{dev} has no MAC address")
+    return found.group(1).lower()
+
+
+def check_mac(dev: str, mac: str) -> None:
+    """Refuse, with the fix, if `dev` does not have `mac` (the topology's MAC of this host,
+    the one the switch addresses results to)."""
+    have = interface_mac(dev)
+    if mac_bytes(have) != mac_bytes(mac):
+        raise OSError(
+            f"{dev} has MAC {have}, but results come addressed to {mac} (--mac: this host's "
+            "mac in topology.json) and the kernel drops them: set it with `ip link set dev "
+            f"{dev} address {mac}`, or give the host {have} in topology.json and reinstall "
+            "the job"
+        )
+
+
+def add_static_arp(ip: str, mac: str, local_ip: str) -> None:
+    """A permanent neighbour entry for the switch's aggregation address `ip` on the interface
+    that faces the switch (needs CAP_NET_ADMIN, as on a Mininet host)."""
+    dev = facing_interface(ip, local_ip)
+    try:
+        _ip("neigh", "replace", ip, "lladdr", mac, "dev", dev, "nud", "permanent")
+    except OSError as exc:
+        raise OSError(f"cannot add the ARP entry {ip} -> {mac}: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = arg.ArgumentParser(
         prog="python -m inaemu.hostlib.worker",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--job", type=int, required=True)
-    ap.add_argument("--workers", type=int, required=True, help="the job's worker count")
-    ap.add_argument("--rank", type=int, required=True, help="this worker, 0..workers-1")
-    ap.add_argument("--local-ip", required=True)
-    ap.add_argument("--switch-ip", required=True, help="the switch's aggregation address")
-    ap.add_argument("--switch-mac", help="add a permanent ARP entry for --switch-ip (root)")
-    ap.add_argument("--size", type=int, default=100_000, help="elements per worker")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--density", type=float, default=1.0)
-    ap.add_argument("--codec", choices=sorted(CODECS), default="int32")
-    ap.add_argument("--window", type=int, default=64, help="the job's pool size")
-    ap.add_argument(
+    job = ap.add_argument_group("the job (as `inaemu job add` installed it)")
+    job.add_argument("--job", type=arg.JOB_ID, required=True, help="job id")
+    job.add_argument("--workers", type=arg.WORKERS, required=True, help="the job's worker count")
+    job.add_argument("--rank", type=arg.RANK, required=True, help="this worker, 0..workers-1")
+    job.add_argument(
+        "--window", type=arg.WINDOW, default=64, help="the job's pool size (default 64)"
+    )
+    job.add_argument(
+        "--trees",
+        type=arg.Integer(1, arg.MAX_TREES, "a number of trees"),
+        default=1,
+        help="the job's aggregation trees, as `job add` printed (n_trees, default 1)",
+    )
+    job.add_argument(
+        "--run",
+        type=arg.RUN_ID,
+        help="run id, 1..65535: the same on every worker of a run and new for every run "
+        "(`inaemu job new-run -t topology.json --job J` prints one); required",
+    )
+    host = ap.add_argument_group("this host and its switch")
+    host.add_argument("--local-ip", required=True, help="this host's IPv4 address")
+    host.add_argument(
+        "--mac",
+        help="this host's MAC in topology.json; the interface facing the switch must have it "
+        "(checked: the switch addresses results to it); required",
+    )
+    host.add_argument(
+        "--switch-ip", required=True, help="the switch's aggregation address (agg_ip)"
+    )
+    host.add_argument(
+        "--switch-mac",
+        help="the switch's agg_mac: add a permanent ARP entry for --switch-ip (CAP_NET_ADMIN)",
+    )
+    data = ap.add_argument_group("the allreduce")
+    data.add_argument(
+        "--size", type=arg.ARRAY, default=100_000, help="elements per worker (default 100,000)"
+    )
+    data.add_argument(
+        "--seed", type=arg.SEED, default=1, help="input seed (worker_input; default 1)"
+    )
+    data.add_argument(
+        "--density",
+        type=arg.DENSITY,
+        default=1.0,
+        help="fraction of non-zero input elements (default 1.0)",
+    )
+    data.add_argument(
+        "--codec", choices=sorted(CODECS), default="int32", help="codec (default int32)"
+    )
+    data.add_argument(
+        "--repeat", type=arg.REPEAT, default=1, help="allreduces of the same input (default 1)"
+    )
+    data.add_argument(
         "--fixed-window",
         action="store_true",
-        help="keep the whole window in flight (no congestion control)",
+        help="keep the whole window in flight (SwitchML's fixed window, no congestion control)",
     )
-    ap.add_argument("--trees", type=int, default=1)
-    ap.add_argument(
-        "--run",
-        type=int,
-        default=0,
-        help="run id (0..65535): the same on every worker of a run, new for each run",
+    data.add_argument(
+        "--timeout",
+        type=arg.SECONDS,
+        default=30.0,
+        help="give up after this many seconds without progress (default 30)",
     )
-    ap.add_argument("--repeat", type=int, default=1, help="allreduces of the same input")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds without progress")
-    ap.add_argument(
+    data.add_argument(
         "--start-at",
-        type=float,
-        help="wall-clock time (Unix seconds) to begin the first allreduce at",
+        type=arg.wall_clock,
+        help="wall-clock time (Unix seconds) to begin the first allreduce at, so that workers "
+        "started one by one begin together",
     )
-    ap.add_argument("--out", type=Path, help="write the last result here (.npy)")
+    data.add_argument(
+        "--check",
+        action="store_true",
+        help="compare every result with the exact expected sum of all ranks' inputs; exit 3 "
+        "on a difference",
+    )
+    data.add_argument("--out", type=Path, help="write the last result here (.npy)")
     return ap
+
+
+def _refused(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, if anything (one line)."""
+    if not 0 <= args.rank < args.workers:
+        return f"--rank must be within 0..{args.workers - 1}"
+    if args.run is None:
+        return (
+            f"--run is required: the same new run id on every worker of this run of job "
+            f"{args.job} (`inaemu job new-run -t topology.json --job {args.job}` prints one); "
+            "a reused one gets the last run's sums back, or stalls"
+        )
+    if args.mac is None:
+        return "--mac is required: this host's MAC in topology.json (results come to it)"
+    try:
+        mac_bytes(args.mac)
+    except ValueError as exc:
+        return f"--mac: {exc}"
+    if args.window % args.trees:
+        return f"--window {args.window} must be a multiple of --trees ({args.trees})"
+    return None
+
+
+def mismatch(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> str | None:
+    """None if `got` is `want` bit for bit, else one line on where it is not."""
+    if got.shape == want.shape and np.array_equal(got, want):
+        return None
+    if got.shape != want.shape:
+        return f"result has shape {got.shape}, expected {want.shape}"
+    wrong = np.flatnonzero(got != want)
+    i = int(wrong[0])
+    return (
+        f"{len(wrong)} of {got.size} elements differ from the expected sum "
+        f"(first at [{i}]: {got[i].item()}, expected {want[i].item()})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     name = f"worker {args.rank}"
-    if not 0 <= args.rank < args.workers:
-        print(f"{name}: --rank must be within 0..{args.workers - 1}", file=sys.stderr)
+    why = _refused(args)
+    if why is not None:
+        print(f"{name}: {why}", file=sys.stderr)
         return 2
+    want = None
+    if args.check:  # before the host set-up: a sum that cannot be checked is refused at once
+        try:
+            want = expected_sum(args.seed, args.workers, args.size, args.density, args.codec)
+        except ValueError as exc:
+            print(f"{name}: --check: {exc}", file=sys.stderr)
+            return 2
     try:
+        dev = facing_interface(args.switch_ip, args.local_ip)
+        check_mac(dev, args.mac)
         if args.switch_mac:
             add_static_arp(args.switch_ip, args.switch_mac, args.local_ip)
         transport = UdpTransport(args.local_ip, args.switch_ip)
-    except (OSError, subprocess.CalledProcessError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"{name}: host set-up failed: {exc}", file=sys.stderr)
         return 2
     x = worker_input(args.seed, args.rank, args.size, args.density, args.codec)
@@ -146,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             started, cpu = time.perf_counter(), time.process_time()
             out = client.allreduce(x, codec)
             seconds = time.perf_counter() - started
+            wrong = None if want is None else mismatch(np.asarray(out), want)
             line = {
                 "rank": args.rank,
                 "seconds": round(seconds, 4),
@@ -153,11 +314,23 @@ def main(argv: list[str] | None = None) -> int:
                 "end": round(wall_start + seconds, 4),
                 "cpu_seconds": round(time.process_time() - cpu, 4),
                 "digest": digest(out),
+                **({} if want is None else {"check": "wrong" if wrong else "exact"}),
                 **client.stats.summary(),
             }
             print(json.dumps(line), flush=True)
+            if wrong is not None:
+                print(f"{name}: wrong result: {wrong}", file=sys.stderr)
+                return 3
         if args.out is not None:
             np.save(args.out, out)
+    except InaTimeoutError as exc:
+        print(
+            f"{name}: {exc} Results come addressed to the MAC that the job's topology gives "
+            f"this host; {dev} has {args.mac} (--mac): if that topology says another, the "
+            "kernel drops them",
+            file=sys.stderr,
+        )
+        return 1
     except (InaError, TransportError) as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 1

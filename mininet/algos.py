@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from inaemu.collectives.algorithms import algorithm as collective_algorithm
 from inaemu.collectives.check import simulate
+from inaemu.collectives.routes import ALL_PORTS, check_node_ports
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.topology import Topology
 from inaemu.hostlib.codecs import CODECS as INA_CODECS
@@ -67,6 +68,9 @@ class Algorithm:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     codecs: ClassVar[dict[str, str]] = {}  # runner codec -> check ("exact" or "bound")
+
+    def __init__(self, node_ports: str = ALL_PORTS) -> None:
+        self.node_ports = check_node_ports(node_ports)  # torus and mesh nodes (`routes`)
 
     def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:
         """Why this algorithm cannot run on `topo` with these workers and codec, or None."""
@@ -109,9 +113,11 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
     return cls
 
 
-def algorithm(name: str) -> Algorithm:
+def algorithm(name: str, node_ports: str = ALL_PORTS) -> Algorithm:
+    """An instance of the algorithm called `name`, for runs under the node model
+    `node_ports` (`collectives.routes`: what a host collective's schedule is built for)."""
     try:
-        return ALGORITHMS[name]()
+        return ALGORITHMS[name](node_ports)
     except KeyError:
         raise ValueError(
             f"unknown algorithm {name!r}; use one of {', '.join(sorted(ALGORITHMS))}"
@@ -162,7 +168,8 @@ class Ina(Algorithm):
         agg_ip, _ = sc.agg_address(host)  # its ARP entry and route: the host's set-up
         argv = [sys.executable, "-m", "inaemu.hostlib.worker", "--job", str(spec.job)]
         argv += ["--workers", str(len(spec.workers)), "--rank", str(rank)]
-        argv += ["--local-ip", sc.host_ip(host), "--switch-ip", agg_ip]
+        argv += ["--local-ip", sc.host_ip(host), "--mac", sc.topology.hosts[host].mac]
+        argv += ["--switch-ip", agg_ip]
         argv += ["--size", str(spec.size), "--seed", str(spec.seed), "--codec", spec.codec]
         argv += ["--window", str(spec.window), "--trees", str(self.n_trees)]
         argv += ["--run", str(spec.run_id), "--timeout", str(spec.timeout), "--out", str(out)]
@@ -185,10 +192,12 @@ def run_port(spec: RunSpec, base: int) -> int:
 
 
 class Collective(Algorithm):
-    """A host collective of `inaemu.collectives` (the schedule of `collective_name` for the
-    scenario's topology and worker hosts, checked by `collectives.check.simulate`, saved as
-    build/schedule-<name>.json), executed by `python -m inaemu.hostlib.collective.worker` on
-    every host over TCP, peers at the hosts' IP addresses."""
+    """A host collective of `inaemu.collectives` (the schedule of `collective_name` over the
+    scenario's worker hosts in the algorithm's own rank order, under the run's node model:
+    `Algorithm.schedule_among`, the schedule `inaemu schedule` checks; proved by
+    `collectives.check.simulate`, saved as build/schedule-<name>.json), executed by `python
+    -m inaemu.hostlib.collective.worker` on every host over TCP, peers at the hosts' IP
+    addresses in the schedule's rank order."""
 
     collective_name: ClassVar[str] = ""
     # homomorphic codecs: integer sums, bit for bit the switch's; plain and INCEPTIONN: floats
@@ -199,7 +208,9 @@ class Collective(Algorithm):
     def build(self, topo: Topology, workers: tuple[str, ...]) -> Schedule:
         """The schedule, proved to all-reduce; ScheduleError if the topology is not one the
         algorithm supports (the message says which it does)."""
-        sched = collective_algorithm(self.collective_name).schedule(topo, workers)
+        sched = collective_algorithm(self.collective_name).schedule_among(
+            topo, workers, node_ports=self.node_ports
+        )
         if set(sched.hosts) != set(workers):
             raise ScheduleError(
                 f"{self.name}: the schedule's hosts {list(sched.hosts)} are not the workers"
@@ -272,6 +283,12 @@ class Hdrm(Collective):
 class MultiTree(Collective):
     name = collective_name = "multitree"
     summary = "MULTITREE: one tree per rank under per-step link constraints, over TCP"
+
+
+@register
+class ParameterServer(Collective):
+    name = collective_name = "ps"
+    summary = "worker-aggregator: push to one aggregator, pull the sum (INCEPTIONN's baseline)"
 
 
 @register

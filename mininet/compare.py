@@ -20,8 +20,9 @@ sum of the inputs| over every worker and element.
 Traffic (`make_row`) comes from the links' byte counters (`scenario.LinkUse`: the kernel's
 counters of each link's root-namespace interface, Ethernet frames with all headers, read
 before and after the workers ran): a host's bytes sent are what its link carried from it to
-the switch; the busiest link is the link direction that carried the most, shown with its share
-of what its bandwidth could carry during the completion time.
+the switch; the busiest link is the link direction whose bytes needed the most of its
+bandwidth (the most bytes when a link is unshaped), shown with its share of what its bandwidth
+could carry during the completion time.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class Row:
     host_sent_mean: float
     link_bytes_mean: float  # bytes per link, both ways together, mean over the links
     link_bytes_total: int  # every link, both ways
-    busiest_link: str  # "h1 -> s1:1": the link direction that carried the most
+    busiest_link: str  # "h1 -> s1:1": the busiest link direction (`busiest`)
     busiest_bytes: int
     busiest_share: float | None  # of what its bandwidth carries in `seconds`; None: unshaped
     max_abs_error: float  # vs the float64 sum of the inputs
@@ -160,12 +161,18 @@ def host_bytes_sent(uses: Sequence[LinkUse], hosts: Sequence[str]) -> dict[str, 
 def busiest(
     uses: Sequence[LinkUse], bandwidths: Sequence[float | None]
 ) -> tuple[str, int, float | None]:
-    """(link direction, bytes, its bandwidth in Mbit/s or None) that carried the most."""
+    """(link direction, bytes, its bandwidth in Mbit/s or None) of the busiest link: the
+    one whose bytes need the most time at its bandwidth when every link is shaped (a torus
+    node's host link may be shaped wider than the others: `scenario.link_shaping`), else the
+    one that carried the most bytes."""
+    shaped = all(bw for bw in bandwidths)
     best: tuple[str, int, float | None] = ("-", 0, None)
+    most = 0.0
     for u, bw in zip(uses, bandwidths, strict=True):
         for name, carried in ((f"{u.a} -> {u.b}", u.a_to_b), (f"{u.b} -> {u.a}", u.b_to_a)):
-            if carried > best[1]:
-                best = (name, carried, bw)
+            need = carried / bw if shaped and bw else float(carried)
+            if need > most:
+                best, most = (name, carried, bw), need
     return best
 
 

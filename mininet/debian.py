@@ -3,11 +3,11 @@
 Mininet comes from Debian (`apt-get install mininet`): its Python package lives in the system
 Python's `/usr/lib/python3/dist-packages`, which the virtualenv does not see. `load()` imports
 that package by its path, under its own name `mininet`, without putting dist-packages on
-`sys.path` (so nothing else of the system Python leaks in). Importing by path also means that
-this repository's own `mininet/` folder, a regular package that `import mininet` would find
-whenever the repository root is on `sys.path` (pytest's rootdir, `python -m` from the root),
-never stands in for Debian's: `load()` refuses to go on if something else already holds the
-name `mininet`.
+`sys.path` (so nothing else of the system Python leaks in). `load()` refuses to go on if
+something else already holds the name `mininet`. This repository's own `mininet/` folder has
+no `__init__.py`, so that with the repository root on `sys.path` (pytest's rootdir, `python
+-m` or a user's script from the root) a plain `import mininet` of the system Python still
+finds Debian's package.
 
 Mininet 2.3 is plain Python; it needs `distutils` (in the standard library up to Python 3.11,
 which is what Debian 12 and this project use) and the programs `mnexec`, `ip`, `tc` and

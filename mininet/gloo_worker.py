@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.worker import digest, worker_input
 
 CODECS = ("int32", "plain")
@@ -57,20 +58,22 @@ def tx_bytes(ifname: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = arg.ArgumentParser(
         prog="python -m inaemu.mininet.gloo_worker",
         description="torch.distributed.all_reduce (gloo) of a generated array",
     )
-    ap.add_argument("--rank", type=int, required=True, help="this worker, 0..workers-1")
-    ap.add_argument("--workers", type=int, required=True, help="how many take part")
+    ap.add_argument("--rank", type=arg.RANK, required=True, help="this worker, 0..workers-1")
+    ap.add_argument("--workers", type=arg.WORKERS, required=True, help="how many take part")
     ap.add_argument("--master", required=True, help="rank 0's IP address: the rendezvous")
     ap.add_argument("--port", type=int, default=29500, help="the rendezvous' TCP port")
     ap.add_argument("--local-ip", required=True, help="this host's address (gloo's interface)")
-    ap.add_argument("--size", type=int, required=True, help="elements")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--size", type=arg.ELEMENTS, required=True, help="elements")
+    ap.add_argument("--seed", type=arg.SEED, default=1)
     ap.add_argument("--codec", choices=CODECS, default="int32")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds any wait may take")
-    ap.add_argument("--start-at", type=float, help="wall-clock time to begin the all_reduce at")
+    ap.add_argument("--timeout", type=arg.SECONDS, default=30.0, help="seconds any wait may take")
+    ap.add_argument(
+        "--start-at", type=arg.wall_clock, help="wall-clock time to begin the all_reduce at"
+    )
     ap.add_argument("--out", type=Path, help="write the result here (.npy)")
     return ap
 

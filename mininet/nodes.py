@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from inaemu.controller.bmv2 import notifications_address, simple_switch_grpc_argv
 from inaemu.mininet.debian import load
 from inaemu.mininet.scenario import ScenarioError
 from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
@@ -317,24 +318,22 @@ class Bmv2Node(InaSwitch):
         self.thrift_port = 0
 
     def notifications_addr(self) -> str:
-        path = self.run_dir / f"{self.name}-notifications.ipc"
-        if len(str(path)) > 100:  # an AF_UNIX path holds at most 107 bytes
-            path = Path("/tmp") / f"inaemu-{os.getpid()}-{self.name}-notifications.ipc"
-        return f"ipc://{path}"
+        return notifications_address(self.run_dir, self.name)
 
     def command(self) -> list[str]:
         self.grpc = f"127.0.0.1:{free_port()}"
         self.thrift_port = free_port()
-        argv = [self.binary, "--no-p4", "--device-id", str(self.device_id)]
-        argv += ["--thrift-port", str(self.thrift_port)]
-        argv += ["--log-file", str(self.log_dir / f"{self.name}-bmv2")]
-        argv += ["--log-level", self.log_level, "--log-flush"]
-        argv += ["--notifications-addr", self.notifications_addr()]
-        if self.pcap_dir is not None:
-            argv += ["--pcap", str(self.pcap_dir)]
-        for port, ifname in self.data_ports().items():
-            argv += ["-i", f"{port}@{ifname}"]
-        return [*argv, "--", "--grpc-server-addr", self.grpc]
+        return simple_switch_grpc_argv(
+            device_id=self.device_id,
+            grpc=self.grpc,
+            thrift_port=self.thrift_port,
+            notifications=self.notifications_addr(),
+            ports=self.data_ports(),
+            log_file=self.log_dir / f"{self.name}-bmv2",
+            log_level=self.log_level,
+            pcap_dir=self.pcap_dir,
+            binary=self.binary,
+        )
 
     def ready(self) -> bool:
         return listening(self.grpc)

@@ -14,7 +14,11 @@ for all, reads `inaemu stats`, removes the network and then checks every result:
 workers' arrays equal to the sum of the inputs (int32: numpy's exact sum; other codecs: the
 codec run against the reference switch, bit for bit). It prints the completion time, the
 bytes each link carried and each switch's counters, and writes `summary.json`, `build/`,
-`logs/` and (`--pcap`) `pcaps/` under the run directory.
+`logs/` and (`--pcap`) `pcaps/` under the run directory: `--run-dir`, by default a new one
+under the temp dir (`/tmp/inaemu-mininet/<time>-<topology>-<switch>-<algo>`), never inside
+the current directory; it says where at the start and at the end. While the workers run it
+prints a progress line every `--progress` seconds (10): which run, how many workers are done,
+the time so far and the bytes the hosts have sent.
 
 With several algorithms (`--algo all`, `--algo ina,ring,gloo`) or sizes (`--sizes`), each runs
 in turn on the same network (`run_algorithms`), each result is checked as its algorithm
@@ -37,8 +41,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -47,11 +53,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.collectives.routes import DIRECT_ROLES, NODE_PORTS
 from inaemu.controller.topology import Topology, TopologyError, from_spec
-from inaemu.hostlib.codecs import make_codec
-from inaemu.hostlib.codecs.base import simulate_allreduce
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.wire import FRAME_BYTES, K
-from inaemu.hostlib.worker import worker_input
+from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
 from inaemu.mininet.algos import (
     ALGORITHMS,
@@ -73,10 +79,12 @@ from inaemu.mininet.scenario import (
     Scenario,
     ScenarioError,
     link_delta,
-    link_params,
+    link_shaping,
 )
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+PROGRESS_EVERY = 10.0  # seconds between progress lines while the workers run (--progress)
+RUNS_DIR = "inaemu-mininet"  # the default run dirs' folder, in the temp dir
 
 
 class Interrupted(Exception):
@@ -84,11 +92,17 @@ class Interrupted(Exception):
 
 
 def parse_size(text: str) -> int:
-    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), 1G."""
-    m = re.fullmatch(r"\s*(\d[\d_]*)\s*([KMG]?)\s*", text, re.IGNORECASE)
+    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), at most `arg.MAX_ELEMENTS`
+    (256M)."""
+    m = re.fullmatch(r"\s*(\d[\d_]{0,30})\s*([KMG]?)\s*", text, re.IGNORECASE)
     if m is None or int(m[1]) == 0:
         raise argparse.ArgumentTypeError(f"bad size {text!r}: elements, e.g. 100000, 64K, 16M")
-    return int(m[1]) * _SUFFIX[m[2].upper()]
+    size = int(m[1]) * _SUFFIX[m[2].upper()]
+    if size > arg.MAX_ELEMENTS:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: at most {arg.MAX_ELEMENTS >> 20}M elements per worker"
+        )
+    return size
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -122,6 +136,16 @@ def _bw(text: str) -> float:
     return bw
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"--progress {text}: seconds, e.g. 10 (0: none)")
+    return seconds
+
+
 def _probability(text: str) -> float:
     try:
         p = float(text)
@@ -133,7 +157,7 @@ def _probability(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = arg.ArgumentParser(
         prog="inaemu mininet",
         description="One allreduce scenario on a Mininet network (root; docs/mininet.md).",
     )
@@ -158,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--size",
         type=parse_size,
         default=None,
-        help="elements per worker (4 bytes each); K, M, G = 2^10, 2^20, 2^30 (default 256K)",
+        help="elements per worker (4 bytes each); K, M = 2^10, 2^20; at most 256M (default 256K)",
     )
     sizes.add_argument(
         "--sizes",
@@ -184,22 +208,33 @@ def build_parser() -> argparse.ArgumentParser:
         "unshaped)",
     )
     ap.add_argument(
+        "--node-ports",
+        choices=NODE_PORTS,
+        default=NODE_PORTS[0],
+        help="torus and mesh nodes: all (default) = a node drives all its network links at "
+        "once: its host link is shaped to --bw times its network ports and the host "
+        "collectives' schedules are built for that (MULTITREE's setting); 1 = one interface, "
+        "its host link shaped to --bw like every other link",
+    )
+    ap.add_argument(
         "--loss",
         type=_probability,
         default=0.0,
         help="loss probability injected at every port of every switch (`inaemu loss`)",
     )
-    ap.add_argument("--window", type=int, default=64, help="the job's slots per switch (64)")
-    ap.add_argument("--seed", type=int, default=1, help="inputs: worker_input(seed, rank, ...)")
+    ap.add_argument("--window", type=arg.WINDOW, default=64, help="the job's slots per switch (64)")
+    ap.add_argument(
+        "--seed", type=arg.SEED, default=1, help="inputs: worker_input(seed, rank, ...)"
+    )
     ap.add_argument(
         "--timeout",
-        type=float,
+        type=arg.SECONDS,
         default=30.0,
         help="a worker gives up after this many seconds without progress (default 30)",
     )
     ap.add_argument(
         "--limit",
-        type=float,
+        type=arg.SECONDS,
         default=1800.0,
         help="seconds the workers of one algorithm at one size may take in all (1800)",
     )
@@ -213,7 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="where build/, logs/, pcaps/ and summary.json go (default "
-        "build/mininet/<time>-<topology>-<switch>-<algo>)",
+        f"{Path(tempfile.gettempdir()) / RUNS_DIR}/<time>-<topology>-<switch>-<algo>)",
+    )
+    ap.add_argument(
+        "--progress",
+        type=_seconds,
+        default=PROGRESS_EVERY,
+        metavar="SECONDS",
+        help=f"a progress line this often while the workers run ({PROGRESS_EVERY:g}; 0: none)",
     )
     ap.add_argument(
         "--keep-results",
@@ -252,17 +294,9 @@ def natural(name: str) -> tuple[Any, ...]:
 
 def expected_result(codec: str, seed: int, n: int, size: int) -> npt.NDArray[Any]:
     """What every worker must get: numpy's exact sum of the inputs (int32), else the codec run
-    against the reference switch (`simulate_allreduce`)."""
-    if codec == "int32":
-        total = np.zeros(size, np.int64)
-        for rank in range(n):
-            total += worker_input(seed, rank, size, codec="int32")
-        if total.min() < np.iinfo(np.int32).min or total.max() > np.iinfo(np.int32).max:
-            raise ValueError("the int32 sum of the inputs overflows; use fewer workers")
-        return total.astype(np.int32)
-    inputs = [worker_input(seed, rank, size, codec=codec) for rank in range(n)]
-    results, _ = simulate_allreduce(make_codec(codec), inputs)
-    return results[0]
+    against the reference switch (`hostlib.worker.expected_sum`, which the worker's --check
+    uses too)."""
+    return expected_sum(seed, n, size, codec=codec)
 
 
 def load_results(
@@ -318,11 +352,28 @@ def completion(outcomes: list[WorkerOutcome]) -> tuple[float, str]:
 # ---------------------------------------------------------------------- the run
 
 
+Progress = Callable[[str], None]
+
+
+def host_bytes_sent(uses: list[LinkUse]) -> int:
+    """Bytes the hosts sent into their links (a host link's a end is the host)."""
+    return sum(u.a_to_b for u in uses if ":" not in u.a)
+
+
 def run_workers(
-    sc: Scenario, algo: Any, spec: RunSpec, limit: float, tag: str = ""
+    sc: Scenario,
+    algo: Any,
+    spec: RunSpec,
+    limit: float,
+    tag: str = "",
+    *,
+    progress: Progress | None = None,
+    every: float = PROGRESS_EVERY,
 ) -> tuple[list[WorkerOutcome], Path]:
     """Every worker at once, each on its host; wait for all (at most `limit` seconds). Logs in
-    logs/, results in build/results/, or in a folder `tag` of each."""
+    logs/, results in build/results/, or in a folder `tag` of each. With `progress`, a line
+    to it every `every` seconds while they run: how many are done, the time so far, the
+    bytes the hosts have sent."""
     results = sc.run.build / "results" / tag
     logs = sc.run.logs / tag
     results.mkdir(parents=True, exist_ok=True)
@@ -337,13 +388,17 @@ def run_workers(
             procs.append(
                 sc.popen(host, argv, stdout=logs / f"{host}.json", stderr=logs / f"{host}.log")
             )
-    deadline = time.monotonic() + limit
+    started = time.monotonic()
+    deadline = started + limit
+    report = _ProgressReport(sc, algo, spec, limit, started, progress, every)
     outcomes = []
     for rank, (host, proc) in enumerate(zip(spec.workers, procs, strict=True)):
-        try:
-            rc: int | None = proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            rc = None
+        rc: int | None = None
+        while rc is None and time.monotonic() < deadline:
+            try:
+                rc = proc.wait(max(0.0, min(deadline, report.due) - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                report.maybe(procs)
         outcome = WorkerOutcome(host, rank, rc)
         stdout = (logs / f"{host}.json").read_text(errors="replace")
         lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
@@ -357,6 +412,41 @@ def run_workers(
             outcome.error = " | ".join(tail[-3:])
         outcomes.append(outcome)
     return outcomes, results
+
+
+class _ProgressReport:
+    """The progress lines of one run's workers (`run_workers`)."""
+
+    def __init__(
+        self,
+        sc: Scenario,
+        algo: Any,
+        spec: RunSpec,
+        limit: float,
+        started: float,
+        out: Progress | None,
+        every: float,
+    ) -> None:
+        self.sc, self.limit, self.started, self.out, self.every = sc, limit, started, out, every
+        self.what = f"{algo.name} x {spec.size:,}"
+        on = out is not None and every > 0
+        self.due = started + every if on else float("inf")
+        self.sent0 = host_bytes_sent(sc.link_counters()) if on else 0
+
+    def maybe(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        """Print a line if one is due."""
+        now = time.monotonic()
+        if self.out is None or now < self.due:
+            return
+        self.due += self.every * (1 + int((now - self.due) // self.every))
+        done = sum(p.poll() is not None for p in procs)
+        sent = host_bytes_sent(self.sc.link_counters()) - self.sent0
+        elapsed = now - self.started
+        self.out(
+            f"  running {self.what}: {done}/{len(procs)} workers done after {elapsed:.0f} s "
+            f"(limit {self.limit:.0f} s); the hosts sent {_fmt_bytes(sent)} so far, "
+            f"{8 * sent / elapsed / 1e6:,.1f} Mbit/s"
+        )
 
 
 @dataclass
@@ -382,15 +472,17 @@ def run_algorithm(
     tag: str = "",
     *,
     facts: dict[str, str] | None = None,
+    progress: Progress | None = None,
+    every: float = PROGRESS_EVERY,
 ) -> AlgoRun:
     """`algo` on the scenario's programmed network: its set-up (unless done: `facts` is what
-    it said), every worker, the link counters and switch statistics around them, then its
-    clean-up."""
+    it said), every worker (with `progress`: lines while they run), the link counters and
+    switch statistics around them, then its clean-up."""
     if facts is None:
         facts = algo.prepare(sc, spec)
     before = sc.link_counters()
     started = time.monotonic()
-    outcomes, results = run_workers(sc, algo, spec, limit, tag)
+    outcomes, results = run_workers(sc, algo, spec, limit, tag, progress=progress, every=every)
     wall = time.monotonic() - started
     links = link_delta(before, sc.link_counters())
     died = [sw for sw in sc.net.switches if sw.proc is None or sw.proc.poll() is not None]
@@ -413,13 +505,23 @@ def run_algorithms(
     plan: list[tuple[Algorithm, RunSpec]],
     limit: float,
     say: Any = print,
+    every: float = PROGRESS_EVERY,
 ) -> list[AlgoRun]:
     """The comparison's core: each (algorithm, spec) of `plan` in turn on one programmed
     network (`Scenario.program()` done), each in a logs/ and build/results/ folder of its
-    own (`<algo>-<size>`). `rows` turns the runs into the table's rows."""
+    own (`<algo>-<size>`), with progress lines every `every` seconds. `rows` turns the runs
+    into the table's rows."""
     runs = []
     for algo, spec in plan:
-        run = run_algorithm(sc, algo, spec, limit, tag=f"{algo.name}-{spec.size}")
+        run = run_algorithm(
+            sc,
+            algo,
+            spec,
+            limit,
+            tag=f"{algo.name}-{spec.size}",
+            progress=lambda line: say(line, flush=True),
+            every=every,
+        )
         ok = sum(o.returncode == 0 for o in run.outcomes)
         say(
             f"  {algo.name} x {spec.size:,}: {ok}/{len(run.outcomes)} workers done in "
@@ -509,9 +611,10 @@ def _stop_on(signum: int, frame: FrameType | None) -> None:
 
 
 def default_run_dir(label: str, switch: str, algo: str) -> Path:
+    """A new run dir under the temp dir: never inside the current directory (a checkout)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = re.sub(r"[^\w.-]+", "-", label).strip("-")
-    return Path("build") / "mininet" / f"{stamp}-{safe}-{switch}-{algo}"
+    safe = re.sub(r"[^\w.,-]+", "-", f"{stamp}-{label}-{switch}-{algo}").strip("-")
+    return Path(tempfile.gettempdir()) / RUNS_DIR / safe
 
 
 def bmv2_program(run: RunDir) -> Path:
@@ -541,13 +644,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def choose(
-    text: str, topo: Topology, workers: tuple[str, ...], codec: str
+    text: str, topo: Topology, workers: tuple[str, ...], codec: str, node_ports: str = "all"
 ) -> tuple[list[Algorithm], dict[str, str]]:
-    """The algorithms of `--algo` that run here, and why the others do not. `all` skips what
-    cannot run (topology, codec); named algorithms must all run: ValueError with the reasons."""
+    """The algorithms of `--algo` that run here (under the node model `node_ports`), and why
+    the others do not. `all` skips what cannot run (topology, codec); named algorithms must
+    all run: ValueError with the reasons."""
     chosen, skipped = [], {}
     for name in algo_names(text):
-        algo = algorithm(name)
+        algo = algorithm(name, node_ports)
         why = algo.refuse(topo, workers, codec)
         if why is None:
             chosen.append(algo)
@@ -577,10 +681,13 @@ def run_scenario(args: argparse.Namespace) -> int:
         )
         if len(workers) < 1:
             raise ValueError("the topology has no hosts with role worker")
-        algos, skipped = choose(args.algo, topo, workers, args.codec)
-        if not 1 <= args.window <= 0x7FFF:
-            raise ValueError("--window must be 1..32767")
-        bandwidths = [link_params(lk, args.bw, i).get("bw") for i, lk in enumerate(topo.links)]
+        algos, skipped = choose(args.algo, topo, workers, args.codec, args.node_ports)
+        if len(workers) * max(sizes) > arg.MAX_ELEMENTS:
+            raise ValueError(
+                f"{len(workers)} workers x {max(sizes):,} elements is more than "
+                f"{arg.MAX_ELEMENTS:,} (1 GiB of float32): the results are checked on this machine"
+            )
+        bandwidths = [p.get("bw") for p in link_shaping(topo, args.bw, args.node_ports)]
         debian.ensure(install=not args.no_install)
         if args.pcap and args.switch == "softswitch" and shutil.which("tcpdump") is None:
             if args.no_install:
@@ -612,6 +719,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     options = NetOptions(
         switch=args.switch,
         bw=args.bw,
+        node_ports=args.node_ports,
         pcap=args.pcap,
         bmv2_log_level=args.bmv2_log_level,
         verbose=args.verbose,
@@ -627,11 +735,16 @@ def run_scenario(args: argparse.Namespace) -> int:
         "sizes": sizes,
         "codec": args.codec,
         "bw_mbit": args.bw,
+        "node_ports": args.node_ports,
         "loss": args.loss,
         "run_id": plan[0][1].run_id,
         "run_dir": str(run.root),
     }
     shaped = f", links {args.bw:g} Mbit/s" if args.bw else ""
+    if any(sw.role in DIRECT_ROLES for sw in topo.switches.values()):
+        shaped += f", node ports {args.node_ports}"
+        if args.bw and args.node_ports == "all":
+            shaped += " (a node's host link: --bw x its network ports)"
     if single:
         what = f"algo {algos[0].name}, {len(workers)} workers x {sizes[0]:,} {args.codec} "
         what += f"elements ({_fmt_bytes(4 * sizes[0])}){shaped}; run {plan[0][1].run_id}"
@@ -645,6 +758,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     )
     for name, why in skipped.items():
         say(f"skipped {name}: {why}", flush=True)
+    say(f"run dir: {run.root}", flush=True)
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # a signal ignored from the start (e.g. SIGINT of `cmd &` in a script) stays ignored
     old = {s: signal.signal(s, _stop_on) for s in stops if signal.getsignal(s) != signal.SIG_IGN}
@@ -663,10 +777,26 @@ def run_scenario(args: argparse.Namespace) -> int:
                     + "; ".join(f"{k}: {v}" for k, v in facts.items()),
                     flush=True,
                 )
-                runs = [run_algorithm(sc, algo, spec, args.limit, facts=facts)]
+                runs = [
+                    run_algorithm(
+                        sc,
+                        algo,
+                        spec,
+                        args.limit,
+                        facts=facts,
+                        progress=lambda line: say(line, flush=True),
+                        every=args.progress,
+                    )
+                ]
+                ok = sum(o.returncode == 0 for o in runs[0].outcomes)
+                say(
+                    f"{ok}/{len(runs[0].outcomes)} workers done in {runs[0].wall:.1f} s; "
+                    "removing the network",
+                    flush=True,
+                )
             else:
                 say(f"programmed in {sc.timings['program']:.1f} s", flush=True)
-                runs = run_algorithms(sc, plan, args.limit, say)
+                runs = run_algorithms(sc, plan, args.limit, say, args.progress)
         say("network removed", flush=True)
     except CleanupError as exc:
         print(f"inaemu mininet: {exc}", file=sys.stderr)

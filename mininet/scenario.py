@@ -111,6 +111,7 @@ class RunDir:
 class NetOptions:
     switch: str = "softswitch"  # softswitch | bmv2
     bw: float | None = None  # Mbit/s on every link without a bw of its own; None: unshaped
+    node_ports: str = "all"  # torus and mesh nodes: all ports' bandwidth on the host link, or 1
     pcap: bool = False
     bmv2_log_level: str = "warn"
     start_timeout: float = 30.0
@@ -131,12 +132,21 @@ class LinkUse:
     shaping: str = ""  # e.g. "rate 20Mbit" (tc on the counted interface), "" if unshaped
 
 
-def link_params(link: Link, default_bw: float | None, index: int) -> dict[str, Any]:
+def link_params(
+    link: Link, default_bw: float | None, index: int, *, scale: int = 1
+) -> dict[str, Any]:
     """Mininet TCLink parameters of a topology link: its own options ("bw=10,delay=1ms") over
-    the default bandwidth."""
+    the default bandwidth, times `scale` (a direct-network node's host link under node model
+    `all`: `link_shaping`)."""
     params: dict[str, Any] = {}
     if default_bw is not None:
-        params["bw"] = default_bw
+        params["bw"] = default_bw * scale
+        if params["bw"] > MAX_BW:
+            raise TopologyError(
+                f"link #{index} ({link.a}-{link.b}) carries its node's {scale} network ports "
+                f"(--node-ports all): {scale} x {default_bw:g} = {params['bw']:g} Mbit/s, more "
+                f"than Mininet's {MAX_BW:.0f}; lower --bw or use --node-ports 1"
+            )
     for item in filter(None, (p.strip() for p in re.split(r"[,\s]+", link.options))):
         key, sep, value = item.partition("=")
         where = f"link #{index} ({link.a}-{link.b}) option {item!r}"
@@ -163,6 +173,22 @@ def link_params(link: Link, default_bw: float | None, index: int) -> dict[str, A
     if bw is not None and not 0 < bw <= MAX_BW:
         raise TopologyError(f"link #{index}: bw {bw} Mbit/s is outside Mininet's 0..{MAX_BW:.0f}")
     return params
+
+
+def link_shaping(topo: Topology, default_bw: float | None, node_ports: str) -> list[dict[str, Any]]:
+    """`link_params` of every link of `topo`, in order, under the node model `node_ports`
+    (`collectives.routes`): with `all`, the host link of a torus or mesh node is shaped to
+    the default bandwidth times the node's network ports (`host_link_capacity`, the factor
+    the checker's alpha-beta model uses), so that the node can drive all its links at once;
+    with `1`, like every other link."""
+    from inaemu.collectives.routes import host_link_capacity
+
+    out = []
+    for i, lk in enumerate(topo.links):
+        host = lk.a if lk.a_port is None else lk.b if lk.b_port is None else None
+        scale = 1 if host is None else host_link_capacity(topo, host, node_ports)
+        out.append(link_params(lk, default_bw, i, scale=scale))
+    return out
 
 
 def netem_missing() -> str | None:
@@ -283,8 +309,8 @@ class Scenario:
             raise ScenarioError("bmv2 needs the compiled program (program=...)")
         links = []
         needs_netem = False
-        for i, lk in enumerate(topo.links):
-            params = link_params(lk, opts.bw, i)
+        shaping = link_shaping(topo, opts.bw, opts.node_ports)
+        for lk, params in zip(topo.links, shaping, strict=True):
             needs_netem |= any(k in params for k in NETEM_OPTIONS)
             links.append((lk.a, lk.b, lk.a_port, lk.b_port, params))
         if needs_netem:

@@ -35,9 +35,10 @@ class DropReason(enum.IntEnum):
     TTL_EXPIRED = 13
     NOT_IPV4 = 14
     BAD_IPV4 = 15
+    AHEAD = 16  # a child moved to a slot's other set before its round there completed
 
 
-INA_DROP_REASONS = 16
+INA_DROP_REASONS = 17
 
 
 class Event(enum.IntEnum):

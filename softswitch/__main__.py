@@ -5,10 +5,11 @@
     python -m inaemu.softswitch --name s2 --grpc 127.0.0.1:0 --wire-dir /tmp/w --link 1=s1.3
     python -m inaemu.softswitch --iface 1=s1-eth1 --iface 2=s1-eth2   # Mininet veths (root)
 
-Loopback wires (`hostlib.loopback`) are AF_UNIX datagram sockets in a private wire dir: a new
-one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if missing; it
-must be private). `--wires` gives port p the end NAME.p wired to the host end NAME.p.host;
-`--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links back.
+Loopback wires (`hostlib.loopback`) are AF_UNIX stream connections between ends in a private
+wire dir: a new one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if
+missing; it must be private). `--wires` gives port p the end NAME.p wired to the host end
+NAME.p.host; `--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links
+back.
 
 `--dataplane fast` (the default) runs the compiled data plane (softswitch/fast/), which it
 loads from numba's on-disk cache, or compiles, before anything else; `--dataplane reference`
@@ -21,7 +22,8 @@ stdout, for scripts to wait on, saying which data plane runs and how it got read
           warmup=cache:0.21s wire_dir=/tmp/inaemu-wires-x1              (all on one line)
 
 SIGINT / SIGTERM stop it cleanly. A taken address or wire end is reported in one line with
-what to change.
+what to change. `--parent-pid PID` (what `inaemu demo` passes) stops it the same way when
+process PID, its parent, ends, even killed with SIGKILL (`hostlib.lifeline`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import signal
 import sys
 import threading
 
+from inaemu.hostlib import args as arg
+from inaemu.hostlib.lifeline import die_with_parent
 from inaemu.softswitch.fast.dataplanes import (
     DATAPLANES,
     DEFAULT_DATAPLANE,
@@ -42,30 +46,19 @@ from inaemu.softswitch.ports import AfPacketPort
 from inaemu.softswitch.switch import SoftSwitch
 
 
-def parse_ports(text: str) -> list[int]:
-    """'1-4,7' -> [1, 2, 3, 4, 7]"""
-    ports: list[int] = []
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        try:
-            ports += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"bad port list {text!r}: use e.g. 1-4,7") from None
-    return ports
-
-
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="softswitch", description=__doc__.splitlines()[0])
+    ap = arg.ArgumentParser(prog="softswitch", description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="s1")
     ap.add_argument(
         "--grpc",
+        type=arg.listen_address,
         default="127.0.0.1:9559",
         help="P4Runtime address (port 0 picks a free one; default %(default)s)",
     )
-    ap.add_argument("--device-id", type=int, default=1)
+    ap.add_argument("--device-id", type=arg.DEVICE_ID, default=1)
     ap.add_argument(
         "--wires",
-        type=parse_ports,
+        type=arg.port_list,
         default=[],
         help="ports on loopback wires to hosts, e.g. 1-4 (ends NAME.p and NAME.p.host)",
     )
@@ -78,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--wire-dir",
+        type=arg.wire_dir,
         default=None,
         help="directory of the wire ends (default: a new private one, removed at exit)",
     )
@@ -88,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT=IFNAME",
         help="attach a port to a network interface with AF_PACKET (root)",
     )
-    ap.add_argument("--seed", type=int, default=0, help="loss-injection seed")
+    ap.add_argument("--seed", type=arg.SEED, default=0, help="loss-injection seed")
     ap.add_argument(
         "--dataplane",
         choices=DATAPLANES,
@@ -100,11 +94,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="install the committed P4Info at start (no pipeline push needed)",
     )
+    ap.add_argument(
+        "--parent-pid",
+        type=arg.Integer(1, 2**31 - 1, "a process id"),
+        default=None,
+        metavar="PID",
+        help="stop when process PID, the one that started this switch, ends",
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.parent_pid is not None:
+        die_with_parent(args.parent_pid)
     try:
         links = [_port_spec(spec, "--link", "PORT=END (e.g. 5=s2.3)") for spec in args.link]
         ifaces = [_port_spec(spec, "--iface", "PORT=IFNAME") for spec in args.iface]
@@ -137,17 +143,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"softswitch: {exc.strerror or exc} (pick another --grpc port)", file=sys.stderr)
         switch.stop()
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     switch.start()
     ports = ",".join(str(p) for p in sorted(switch.ports))
     wires = f" wire_dir={switch.wire_dir}" if args.wires or args.link else ""
-    print(
-        f"READY name={args.name} grpc={server.address} device_id={args.device_id} "
-        f"ports={ports} {dataplane}{wires}",
-        flush=True,
-    )
+    if not stop.is_set():  # else stopped while starting: no READY, the same clean stop
+        print(
+            f"READY name={args.name} grpc={server.address} device_id={args.device_id} "
+            f"ports={ports} {dataplane}{wires}",
+            flush=True,
+        )
     reported = (0, 0)
     try:
         while not stop.wait(0.5):
@@ -181,7 +185,10 @@ def _port_spec(spec: str, option: str, form: str) -> tuple[int, str]:
     port, sep, what = spec.partition("=")
     if not sep or not port.isdigit() or not what:
         raise ValueError(f"{option} wants {form}, got {spec!r}")
-    return int(port), what
+    try:
+        return arg.SWITCH_PORT(port), what
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"{option} {spec}: {exc}") from None
 
 
 def _message(exc: BaseException) -> str:

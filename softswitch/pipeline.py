@@ -146,7 +146,7 @@ class Pipeline:
 
     def process_batch(self, batch: FrameBatch) -> FrameBatch:
         """Every frame of `batch` in order, as `process` would; the emitted frames, in order."""
-        out = FrameBatch(max(1, 2 * batch.n))
+        out = FrameBatch(max(4, 2 * batch.n), max(2048, 2 * batch.used_bytes))  # grows if needed
         with self.lock:
             for port, frame in batch:
                 for out_port, emitted in self._process(port, frame):
@@ -252,7 +252,7 @@ class Pipeline:
         job_id, tree_id, lanes, slot, contrib, seq = struct.unpack_from(
             "!HBBHHI", pkt, INA_OFFSET + 2
         )
-        # 1. Validate the header, then the job.
+        # Validate the header, then the job.
         if version != INA_VERSION:
             return DropReason.BAD_VERSION, 0, 0, False
         if opcode > _MAX:
@@ -282,11 +282,14 @@ class Pipeline:
         events = self.ina_events
 
         if flags & _RESULT:
-            # 5. A result coming down from the parent.
+            # A result coming down from the parent.
             if is_root == 1 or ingress_port != parent_port:
                 return DropReason.UNEXPECTED_RESULT, 0, 0, False
             if owner != owner_key or seq != r.seq[cell]:
                 return DropReason.STALE, 0, 0, False
+            if r.count[cell] != fanin:
+                # This node's round is not complete: the parent's result cannot include it.
+                return DropReason.UNEXPECTED_RESULT, 0, 0, False
             r.lanes[cell] = np.frombuffer(pkt, _BE_LANES, K, LANES_OFF)
             state = STATE_READY | (STATE_OVERFLOW if flags & _OVERFLOW else 0)
             r.state[cell] = state
@@ -300,9 +303,9 @@ class Pipeline:
         child.packets += 1
         child.bytes += length
         (child_index,) = child.action.params
+        other = cell ^ 1
         if owner != owner_key:
-            # A new owner (job, installation or run) takes the slot over: lazy reset.
-            other = cell ^ 1
+            # 1. A new owner (job, installation or run) takes the slot over: lazy reset.
             r.owner[slot_addr] = owner_key
             r.bitmap[cell] = r.bitmap[other] = 0
             r.count[cell] = r.count[other] = 0
@@ -315,11 +318,13 @@ class Pipeline:
         bitmap = r.bitmap[cell]
         count = r.count[cell]
         stored_seq = r.seq[cell]
+        other_bitmap = r.bitmap[other]
+        other_count = r.count[other]
 
         if bitmap & child_bit and seq != stored_seq:
-            return DropReason.STALE, 0, 0, False  # not a retransmission: older than this use
+            return DropReason.STALE, 0, 0, False  # 2. not a retransmission: older than this use
         if bitmap & child_bit:
-            # 2. A retransmission from a child already counted in this use.
+            # 3. A retransmission from a child already counted in this use.
             if state & STATE_READY:
                 self._load_lanes(pkt, cell)
                 out_flags = _RESULT | (_OVERFLOW if state & STATE_OVERFLOW else 0)
@@ -334,14 +339,16 @@ class Pipeline:
                 return DropReason.NONE, parent_port, 0, False
             return DropReason.DUPLICATE, 0, 0, False
         if count != 0 and count != fanin and seq != stored_seq:
-            return DropReason.STALE, 0, 0, False  # an older chunk's copy
+            return DropReason.STALE, 0, 0, False  # 4. an older chunk's copy
         if count == fanin and seq == stored_seq:
-            return DropReason.STALE, 0, 0, False  # a late copy of the completed use
+            return DropReason.STALE, 0, 0, False  # 5. a late copy of the completed use
+        if other_bitmap & child_bit and other_count != fanin:
+            # 6. The child jumps ahead: its round in the other set is not complete.
+            return DropReason.AHEAD, 0, 0, False
 
-        # 3. A new contribution.
+        # 7. A new contribution.
         r.bitmap[cell] = bitmap | child_bit
-        other = cell ^ 1
-        r.bitmap[other] = r.bitmap[other] & ~child_bit & 0xFFFFFFFF
+        r.bitmap[other] = other_bitmap & ~child_bit & 0xFFFFFFFF
         events.count(Event.CONTRIBUTION, length)
         overflow = False
         row = r.lanes[cell]
@@ -374,7 +381,7 @@ class Pipeline:
         if flags & _OVERFLOW:
             state |= STATE_OVERFLOW
 
-        # 4. Completion.
+        # Completion.
         egress_spec, mcast_grp, consumed = 0, 0, False
         if count == fanin:
             out_flags = _OVERFLOW if state & STATE_OVERFLOW else 0

@@ -13,18 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from inaemu.controller.bmv2 import free_ports, notifications_address, simple_switch_grpc_argv
+
 START_TIMEOUT = 20.0
 
 
 def grpc_missing() -> str | None:
     """None if simple_switch_grpc can run here, else why not."""
     return None if shutil.which("simple_switch_grpc") else "simple_switch_grpc not on PATH"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -39,13 +35,16 @@ def simple_switch_grpc(interfaces: Sequence[str] = (), *, device_id: int = 1) ->
     """A simple_switch_grpc with no program (`--no-p4`), `interfaces` as `PORT@IFNAME`."""
     with tempfile.TemporaryDirectory(prefix="inaemu-bmv2grpc-") as tmp:
         d = Path(tmp)
-        grpc_port, thrift = free_port(), free_port()
-        argv = ["simple_switch_grpc", "--no-p4", "--device-id", str(device_id)]
-        argv += ["--thrift-port", str(thrift), "--notifications-addr", f"ipc://{d / 'nn.ipc'}"]
-        argv += ["--log-file", str(d / "bmv2"), "--log-flush"]
-        for spec in interfaces:
-            argv += ["-i", spec]
-        argv += ["--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}"]
+        grpc_port, thrift = free_ports(2)
+        ports = {int(port): ifname for port, _, ifname in (s.partition("@") for s in interfaces)}
+        argv = simple_switch_grpc_argv(
+            device_id=device_id,
+            grpc=f"127.0.0.1:{grpc_port}",
+            thrift_port=thrift,
+            notifications=notifications_address(d, "s1"),
+            ports=ports,
+            log_file=d / "bmv2",
+        )
         log = d / "stderr"
         with log.open("w") as err:
             proc = subprocess.Popen(argv, stdout=err, stderr=subprocess.STDOUT)

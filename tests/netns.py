@@ -29,6 +29,7 @@ from itertools import count
 from pathlib import Path
 from types import TracebackType
 
+from inaemu.controller.bmv2 import THRIFT_BASE, notifications_address, simple_switch_grpc_argv
 from inaemu.controller.topology import Topology
 
 _serial = count()
@@ -185,13 +186,16 @@ def start_bmv2(
     port of `net`, its log in `tmp`; returns once it listens on `grpc`. `log_level`: bmv2's
     `-L` (default: bmv2's own, which logs every packet at trace level if it was built with
     logging)."""
-    argv = ["simple_switch_grpc", "--no-p4", "--device-id", "1", "--log-file", str(tmp / "bmv2")]
-    if log_level is not None:
-        argv += ["--log-level", log_level]
-    argv += ["--notifications-addr", f"ipc://{tmp / 'bmv2-notifications.ipc'}"]
-    for port in sorted(net.ports.values()):
-        argv += ["-i", f"{port}@{net.interface(port)}"]
-    argv += ["--", "--grpc-server-addr", grpc]
+    argv = simple_switch_grpc_argv(
+        device_id=1,
+        grpc=grpc,
+        thrift_port=THRIFT_BASE,  # in the switch's own namespace
+        notifications=notifications_address(tmp, "bmv2"),
+        ports={port: net.interface(port) for port in net.ports.values()},
+        log_file=tmp / "bmv2",
+        log_level=log_level,
+        log_flush=False,
+    )
     with (tmp / "bmv2.stderr").open("w") as log:
         proc = net.switch(argv, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + START_TIMEOUT

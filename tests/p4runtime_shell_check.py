@@ -37,7 +37,7 @@ def param_values(entry: Any) -> dict[int, int]:
     return {p.param_id: int.from_bytes(p.value, "big") for p in entry.msg().action.action.params}
 
 
-def check(sh: Any, p4runtime: Any) -> None:
+def check(sh: Any, p4runtime: Any, drop_reasons: int) -> None:
     version = sh.APIVersion()
     expect(version.startswith("1."), f"unexpected P4Runtime API version {version!r}")
 
@@ -119,7 +119,7 @@ def check(sh: Any, p4runtime: Any) -> None:
     [one] = list(rx.read())
     expect((one.packet_count, one.byte_count) == (0, 0), f"port_rx[1] not zero: {one}")
     every = list(sh.CounterEntry("ina_drops").read())
-    expect(len(every) == 16, f"ina_drops has 16 cells, read {len(every)}")
+    expect(len(every) == drop_reasons, f"ina_drops has {drop_reasons} cells, read {len(every)}")
     direct = list(sh.DirectCounterEntry("ina_child_stats").read())
     expect(len(direct) == 2, f"expected two ina_child direct counters, read {len(direct)}")
     children = list(sh.TableEntry("ina_child").read())
@@ -142,6 +142,9 @@ def main() -> None:
     parser.add_argument("--device-id", type=int, default=1)
     parser.add_argument("--election-id", default="0,1", help="high,low")
     parser.add_argument("--config", help="p4info_path,device_config_path to push first")
+    parser.add_argument(
+        "--drop-reasons", type=int, required=True, help="cells of ina_drops (INA_DROP_REASONS)"
+    )
     args = parser.parse_args()
 
     from p4runtime_sh import p4runtime
@@ -157,7 +160,7 @@ def main() -> None:
         verbose=False,
     )
     try:
-        check(sh, p4runtime)
+        check(sh, p4runtime, args.drop_reasons)
     finally:
         sh.teardown()
     print("p4runtime-shell check: OK", flush=True)

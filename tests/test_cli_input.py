@@ -4,8 +4,10 @@ stderr and a non-zero exit status, never a traceback. The commands run in this p
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -15,11 +17,20 @@ from typing import Any
 import grpc
 import pytest
 
-from inaemu.controller import cli, demo, p4rt
+from inaemu.collectives import cli as schedule_cli
+from inaemu.collectives import ring
+from inaemu.controller import cli, demo, p4rt, topology
 from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.controller.topology import Topology, star
+from inaemu.hostlib import worker as ina_worker
+from inaemu.hostlib.collective import worker as rank_worker
+from inaemu.hostlib.loopback import WireDir, WireError
+from inaemu.mininet import debian, gloo_worker
+from inaemu.mininet import run as mininet_run
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
+from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
+from tests import netns
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 
@@ -429,6 +440,61 @@ def test_ctrl_c_in_a_command(
     assert rc == 130 and err == "\ninaemu stats: interrupted\n"
 
 
+# ---------------------------------------------------------------------- job state vs switch
+
+
+def test_job_state_after_a_switch_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state file names a job the restarted switch no longer holds: `job add` of it says
+    to remove it first and names the command, in one line; `job remove` succeeds on what is
+    gone and forgets it (keeping the epochs issued); `job add` then installs it again."""
+    path = tmp_path / "t.json"
+    state = tmp_path / "t.json.jobs.json"
+    add = ("job", "add", "-t", str(path), "--job", "1", "--workers", "h1,h2", "--pool", "8")
+    remove = ("job", "remove", "-t", str(path), "--job", "1")
+    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0", preconfigured=True) as first:
+        address = first.address
+        path.write_text(json.dumps(star_json(address)))
+        assert inaemu(capsys, *add)[0] == 0
+    restarted = Pipeline()
+    with P4RuntimeServer(restarted, address=address, preconfigured=True):
+        err = refused(capsys, *add)
+        assert "job 1 is already installed" in err and "`inaemu job remove --job 1`" in err
+        rc, out, err = inaemu(capsys, *remove)
+        assert (rc, err) == (0, ""), err
+        assert out == "job 1 removed (s1 had lost some or all of it: restarted?)\n"
+        assert json.loads(state.read_text()) == {"jobs": [], "epochs": {"s1": 1}}
+        rc, out, err = inaemu(capsys, *add)
+        assert (rc, err) == (0, ""), err
+        assert restarted.ina_job.entries[(1, 0)].action.params[-1] == 2  # a new epoch
+        # an entry lost (or deleted behind the controller's back): the rest is removed
+        restarted.multicast.delete(1)
+        rc, out, err = inaemu(capsys, *remove)
+        assert (rc, err, out) == (
+            0,
+            "",
+            "job 1 removed (s1 had lost some or all of it: restarted?)\n",
+        )
+        assert not restarted.ina_job.entries and not restarted.ina_child.entries
+        assert not restarted.multicast.groups and not restarted.ina_egress.entries
+        assert inaemu(capsys, *add)[0] == 0
+        assert inaemu(capsys, *remove) == (0, "job 1 removed\n", "")  # all of it was there
+
+
+def test_a_refused_job_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
+) -> None:
+    """A switch that refuses a job's entries (one it holds already, installed behind the
+    controller's back): one line with the first reason, not a dump of every entry."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json(server.address)))
+    server.pipeline.multicast.insert(1, [(1, 0)])
+    err = refused(capsys, "job", "add", "-t", str(path), "--job", "1", "--workers", "h1,h2")
+    assert "switch 's1' refused 1 of" in err and "multicast group 1: ALREADY_EXISTS" in err
+    assert "rolled back" in err
+
+
 # ---------------------------------------------------------------------- demo exit status
 
 
@@ -480,3 +546,552 @@ def test_demo_exit_status_needs_exact_and_bounded(
     assert report.ok is (status == 0)
     if status:
         assert "inaemu demo: the result" in err
+
+
+# ---------------------------------------------------------------------- argument values
+#
+# Every option a user types is checked by a shared type (`inaemu.hostlib.args`) before
+# anything is created, bound or started: a usage error is one line `<prog>: ...` on stderr
+# and exit status 2. The programs run in this process; what would start, bind or compute on
+# a value that slipped through is replaced by a tripwire, so a case that is not refused
+# fails at once instead of running a demo or a switch.
+
+
+class Started(Exception):
+    """A command got past its argument checks (a tripwire went off)."""
+
+
+def _trip(*_: Any, **__: Any) -> Any:
+    raise Started("the command went on with a value it should have refused")
+
+
+def usage_refused(
+    capsys: pytest.CaptureFixture[str], main: Callable[[list[str]], Any], prog: str, *args: str
+) -> str:
+    """Run `main(args)`, which must refuse its arguments: exit status 2 and one line
+    `<prog>: ...` on stderr, no traceback. Returns the line."""
+    try:
+        rc = main(list(args))
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith(f"{prog}: ") and err.count("\n") == 1, err
+    return err
+
+
+TOO_LONG = "w" * 120  # a wire dir name that leaves no room for socket paths
+
+
+def test_wire_dir_too_long_is_not_made(tmp_path: Path) -> None:
+    """The library refuses it before mkdir too (the softswitch's wire dir, a host's)."""
+    wires = tmp_path / TOO_LONG
+    with pytest.raises(WireError, match="too long for socket paths"):
+        WireDir(wires)
+    assert not wires.exists()
+
+
+@pytest.fixture
+def no_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "main_demo", _trip)
+
+
+DEMO_ARGS: list[tuple[list[str], str]] = [
+    (["--grpc-port", "70000"], "--grpc-port: expected a TCP port in 0..65535 (0: any free)"),
+    (["--grpc-port", "-1"], "--grpc-port: expected a TCP port in 0..65535"),
+    (["--grpc-port", "x"], "--grpc-port: expected a TCP port"),
+    (["--timeout", "0"], "--timeout: expected seconds in (0, 86400], got '0'"),
+    (["--timeout", "-5"], "--timeout: expected seconds in (0, 86400]"),
+    (["--timeout", "nan"], "--timeout: expected seconds"),
+    (["--timeout", "inf"], "--timeout: expected seconds"),
+    (["--timeout", "1e9"], "--timeout: expected seconds"),
+    (["--workers", "0"], "--workers: expected a number of workers in 1..64"),
+    (["--workers", "-3"], "--workers: expected a number of workers"),
+    (["--size", "0"], "--size: expected a number of elements in 1..268435456"),
+    (["--size", "-1"], "--size: expected a number of elements"),
+    (["--size", "9" * 5000], "--size: expected a number of elements"),
+    (["--window", "0"], "--window: expected a number of slots in 1..32767"),
+    (["--window", "32768"], "--window: expected a number of slots in 1..32767"),
+    (["--loss", "1"], "--loss: expected a probability in [0, 1) (1 would drop everything)"),
+    (["--loss", "nan"], "--loss: expected a probability"),
+    (["--density", "0"], "--density: expected a fraction of non-zero elements in (0, 1]"),
+    (["--density", "1.5"], "--density: expected a fraction"),
+    (["--seed", "-1"], "--seed: expected a seed in 0..18446744073709551615"),
+    (["--trees", "-1"], "--trees: expected a number of trees in 0..255"),
+    (["--trees", "256"], "--trees: expected a number of trees"),
+    (["--mtu", "100"], "--mtu: expected IPv4 packet bytes in 128..9000"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), DEMO_ARGS, ids=[f"{a[0][2:]}={a[1][:12]}" for a, _ in DEMO_ARGS]
+)
+def test_demo_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str], no_demo: None, args: list[str], message: str
+) -> None:
+    err = usage_refused(capsys, cli.main, "inaemu demo", "demo", *args)
+    assert f"argument {message}" in err
+
+
+def test_demo_wire_dir_too_long_is_refused_before_it_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_demo: None
+) -> None:
+    wires = tmp_path / TOO_LONG
+    err = usage_refused(capsys, cli.main, "inaemu demo", "demo", "--wire-dir", str(wires))
+    assert "too long for socket paths (at most 91 bytes)" in err
+    assert not wires.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topo", "mesh:10x10"], "has 100 switches; the demo runs one process per switch, at"),
+        (["--topo", "bigraph:40x2"], "80 workers; the demo runs one process per worker, at most"),
+        (["--size", "100000000"], "4 workers x --size 100,000,000 is 400,000,000 elements"),
+        (["--workers", "32", "--size", "10000000"], "holds at most 268,435,456 (1 GiB"),
+    ],
+    ids=["switches", "workers", "elements", "elements-32"],
+)
+def test_demo_larger_than_this_machine_is_refused(
+    capsys: pytest.CaptureFixture[str], no_demo: None, args: list[str], message: str
+) -> None:
+    assert message in refused(capsys, "demo", *args)
+
+
+LOSS_PORTS: list[tuple[str, str]] = [
+    ("5-1", "the range 5-1 is empty: write 1-5"),
+    ("511", "port 511 is not a switch port in 0..510 (511 is the drop port)"),
+    ("600", "port 600 is not a switch port in 0..510"),
+    ("1-99999999999999999999", "port 99999999999999999999 is not a switch port"),
+    ("1,1", "port 1 is named twice in '1,1'"),
+    ("1-4,3", "port 3 is named twice"),
+    ("", "expected switch ports such as 1-4,7"),
+    ("1,,2", "expected switch ports such as 1-4,7"),
+    ("one", "expected switch ports such as 1-4,7"),
+    ("-1", "expected switch ports such as 1-4,7"),
+]
+
+
+@pytest.mark.parametrize(("ports", "message"), LOSS_PORTS, ids=[p for p, _ in LOSS_PORTS])
+def test_loss_refuses_bad_ports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ports: str, message: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    args = ("loss", "-t", str(path), "--switch", "s1", "--ports", ports, "--probability", "0.1")
+    assert f"argument --ports: {message}" in usage_refused(capsys, cli.main, "inaemu loss", *args)
+
+
+@pytest.mark.parametrize("probability", ["1.5", "-0.1", "nan", "inf", "ten"])
+def test_loss_refuses_a_probability_outside_0_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], probability: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    args = ("loss", "-t", str(path), "--switch", "s1", "--ports", "1", "--probability", probability)
+    err = usage_refused(capsys, cli.main, "inaemu loss", *args)
+    assert f"argument --probability: expected a probability in [0, 1], got '{probability}'" in err
+
+
+JOB_ARGS: list[tuple[list[str], str]] = [
+    (["--job", "-1"], "--job: expected a job id in 0..65535"),
+    (["--job", "65536"], "--job: expected a job id in 0..65535"),
+    (["--pool", "0"], "--pool: expected a number of slots in 1..32767"),
+    (["--pool", "40000"], "--pool: expected a number of slots in 1..32767"),
+    (["--trees", "-1"], "--trees: expected a number of trees in 0..255"),
+    (["--trees", "300"], "--trees: expected a number of trees"),
+    (["--workers", "h1,,h2"], "--workers: expected names separated by commas, none empty"),
+    (["--workers", "h1,"], "--workers: expected names"),
+    (["--workers", "h1", "--roots", "s1,"], "--roots: expected names"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), JOB_ARGS, ids=[f"{a[0][2:]}={a[1]}" for a, _ in JOB_ARGS]
+)
+def test_job_refuses_bad_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    if "--workers" not in args:
+        args = [*args, "--workers", "h1,h2"]
+    err = usage_refused(capsys, cli.main, "inaemu job", "job", "add", "-t", str(path), *args)
+    assert f"argument {message}" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "the following arguments are required: command"),
+        (["nope"], "argument command: invalid choice: 'nope'"),
+        (["stats"], "the following arguments are required: -t/--topology"),
+        (["stats", "-t", "t.json", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["conformance", "--target", "nope"], "argument --target: invalid choice: 'nope'"),
+    ],
+    ids=["no-command", "unknown-command", "missing-option", "unknown-option", "conformance"],
+)
+def test_argparse_own_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    prog = "inaemu" if args[:1] in ([], ["nope"]) else f"inaemu {args[0]}"
+    assert message in usage_refused(capsys, cli.main, prog, *args)
+
+
+@pytest.fixture
+def never_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A P4Runtime server that would start trips instead."""
+    monkeypatch.setattr(P4RuntimeServer, "start", _trip)
+
+
+SOFTSWITCH_ARGS: list[tuple[list[str], str]] = [
+    (["--wires", "3-1"], "--wires: the range 3-1 is empty: write 1-3"),
+    (["--wires", "511"], "--wires: port 511 is not a switch port in 0..510 (511 is the drop"),
+    (["--wires", "1-99999999999999999999"], "--wires: port 99999999999999999999 is not"),
+    (["--wires", "1,2,1"], "--wires: port 1 is named twice"),
+    (["--device-id", "-1"], "--device-id: expected a P4Runtime device id in 0..1844674407370955"),
+    (["--device-id", str(2**64)], "--device-id: expected a P4Runtime device id"),
+    (["--grpc", "127.0.0.1:70000"], '--grpc: expected an address "host:port" with a port in 0'),
+    (["--grpc", "127.0.0.1:-1"], "--grpc: expected an address"),
+    (["--seed", "-1"], "--seed: expected a seed in 0..18446744073709551615"),
+    (["--link", "511=s2.1"], "--link 511=s2.1: expected a switch port in 0..510 (511 is the"),
+    (["--parent-pid", "0"], "--parent-pid: expected a process id in 1..2147483647"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), SOFTSWITCH_ARGS, ids=[" ".join(a)[:24] for a, _ in SOFTSWITCH_ARGS]
+)
+def test_softswitch_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str], never_serves: None, args: list[str], message: str
+) -> None:
+    assert message in usage_refused(capsys, cli.main, "softswitch", "softswitch", *args)
+
+
+def test_softswitch_wire_dir_too_long_is_refused_before_it_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], never_serves: None
+) -> None:
+    wires = tmp_path / TOO_LONG
+    args = ("softswitch", "--wire-dir", str(wires), "--wires", "1")
+    assert "too long for socket paths" in usage_refused(capsys, cli.main, "softswitch", *args)
+    assert not wires.exists()
+
+
+P4RT_SERVER = "python -m inaemu.softswitch.p4runtime.server"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device-id", "-1"], "--device-id: expected a P4Runtime device id"),
+        (["--device-id", str(2**64)], "--device-id: expected a P4Runtime device id"),
+        (["--address", "127.0.0.1:70000"], "--address: expected an address"),
+    ],
+    ids=["device-negative", "device-huge", "port"],
+)
+def test_p4runtime_server_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str], never_serves: None, args: list[str], message: str
+) -> None:
+    assert message in usage_refused(capsys, server_main, P4RT_SERVER, *args)
+
+
+def test_p4runtime_server_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        err = usage_refused(capsys, server_main, P4RT_SERVER, "--address", address)
+    assert f"cannot listen on {address}: address already in use" in err
+
+
+WORKER = "python -m inaemu.hostlib.worker"
+WORKER_BASE = ["--job", "1", "--workers", "2", "--rank", "0"]
+WORKER_BASE += ["--run", "7", "--mac", "02:00:00:00:00:01"]
+WORKER_BASE += ["--local-ip", "127.0.0.1", "--switch-ip", "127.0.0.1"]
+
+WORKER_ARGS: list[tuple[list[str], str]] = [
+    (["--job", "-1"], "--job: expected a job id in 0..65535"),
+    (["--job", "65536"], "--job: expected a job id"),
+    (["--workers", "0"], "--workers: expected a number of workers in 1..65535"),
+    (["--rank", "-1"], "--rank: expected a rank in 0..65534"),
+    (["--size", "-1"], "--size: expected a number of elements in 0..268435456"),
+    (["--size", str(2**28 + 1)], "--size: expected a number of elements"),
+    (["--seed", "-1"], "--seed: expected a seed"),
+    (["--density", "0"], "--density: expected a fraction of non-zero elements in (0, 1]"),
+    (["--density", "2"], "--density: expected a fraction"),
+    (["--window", "0"], "--window: expected a number of slots in 1..32767"),
+    (["--trees", "0"], "--trees: expected a number of trees in 1..255"),
+    (["--run", "65536"], "--run: expected a run id in 0..65535"),
+    (["--repeat", "0"], "--repeat: expected a number of allreduces in 1..1000000"),
+    (["--timeout", "0"], "--timeout: expected seconds in (0, 86400]"),
+    (["--timeout", "inf"], "--timeout: expected seconds"),
+    (["--start-at", "inf"], "--start-at: expected a wall-clock time in Unix seconds"),
+    (["--start-at", "1e18"], "--start-at: expected a wall-clock time"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), WORKER_ARGS, ids=[" ".join(a) for a, _ in WORKER_ARGS]
+)
+def test_worker_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setattr(ina_worker, "UdpTransport", _trip)
+    argv = WORKER_BASE + args  # argparse takes the last of an option given twice
+    assert message in usage_refused(capsys, ina_worker.main, WORKER, *argv)
+
+
+def test_worker_window_that_the_trees_do_not_divide(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ina_worker, "UdpTransport", _trip)
+    argv = [*WORKER_BASE, "--window", "64", "--trees", "3"]
+    err = usage_refused(capsys, ina_worker.main, "worker 0", *argv)
+    assert "--window 64 must be a multiple of --trees (3)" in err
+
+
+RANK = "python -m inaemu.hostlib.collective.worker"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rank", "-1"], "--rank: expected a rank in 0..65534"),
+        (["--run", "65536"], "--run: expected a run id in 0..65535"),
+        (["--seed", "-1"], "--seed: expected a seed"),
+        (["--density", "0"], "--density: expected a fraction"),
+        (["--size", str(2**28 + 1)], "--size: expected a number of elements in 0..268435456"),
+        (["--timeout", "inf"], "--timeout: expected seconds"),
+        (["--repeat", str(10**7)], "--repeat: expected a number of allreduces"),
+        (["--start-at", "nan"], "--start-at: expected a wall-clock time"),
+        (["--listen-fd", "-1"], "--listen-fd: expected an open file descriptor"),
+    ],
+    ids=["rank", "run", "seed", "density", "size", "timeout", "repeat", "start-at", "fd"],
+)
+def test_collective_worker_refuses_bad_values(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setattr(rank_worker, "TcpPeers", _trip)
+    ring.schedule(star(2)).save(tmp_path / "ring.json")
+    base = ["--schedule", str(tmp_path / "ring.json"), "--rank", "0"]
+    argv = [*base, "--peers", "127.0.0.1:1,127.0.0.1:2", *args]
+    assert message in usage_refused(capsys, rank_worker.main, RANK, *argv)
+
+
+MININET_ARGS: list[tuple[list[str], str]] = [
+    (["--size", "1G"], "--size: size '1G': at most 256M elements per worker"),
+    (["--size", "9" * 40], "--size: bad size"),
+    (["--sizes", "1K,1G"], "--sizes: size '1G': at most 256M elements"),
+    (["--timeout", "0"], "--timeout: expected seconds in (0, 86400]"),
+    (["--limit", "-1"], "--limit: expected seconds"),
+    (["--seed", "-1"], "--seed: expected a seed"),
+    (["--window", "0"], "--window: expected a number of slots in 1..32767"),
+    (["--size", "128M"], "4 workers x 134,217,728 elements is more than 268,435,456"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), MININET_ARGS, ids=[" ".join(a)[:20] for a, _ in MININET_ARGS]
+)
+def test_mininet_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    """Refused before Mininet is looked for (no root needed)."""
+    monkeypatch.setattr(debian, "ensure", _trip)
+    argv = ["--topo", "star:4", "--no-install", *args]
+    assert message in usage_refused(capsys, mininet_run.main, "inaemu mininet", *argv)
+
+
+def test_schedule_refuses_more_ranks_than_it_checks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schedule_cli, "FlowRoutes", _trip)
+    err = usage_refused(capsys, cli.main, "inaemu schedule", "schedule", "--topo", "torus:32x32")
+    assert "torus:32x32: 1,024 ranks; the checker takes at most 256" in err
+
+
+# ---------------------------------------------------------------------- sizes and depths
+
+
+@pytest.fixture
+def no_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A builder that starts adding switches or hosts trips: sizes must be refused before."""
+    monkeypatch.setattr(Topology, "add_switch", _trip)
+    monkeypatch.setattr(Topology, "add_host", _trip)
+
+
+TOO_LARGE: list[tuple[list[str], str]] = [
+    (["mesh:100000x100000"], "mesh 100000x100000 would have 10,000,000,000 hosts"),
+    (["fat-tree:1000000"], "fat-tree 1000000 would have 250,000,000,000,000,000 hosts"),
+    (["fat-tree:64"], "fat-tree 64 would have 65,536 hosts and 5,120 switches"),
+    (["torus:237x237"], "torus 237x237 would have 56,169 hosts and 56,169 switches"),
+    (["leaf-spine:500x10x500"], "leaf-spine 500x10x500 would have 250,000 hosts"),
+    (["bigraph:300x400"], "BiGraph(300, 400) would have 120,000 hosts"),
+    (["leaf-spine", "--leaves", "300", "--hosts", "300"], "would have 90,000 hosts"),
+    (["mesh:" + "9" * 5000 + "x1"], "numbers of at most 9 digits; the builders make at most"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), TOO_LARGE, ids=[" ".join(a)[:24] for a, _ in TOO_LARGE]
+)
+def test_topologies_too_large_to_build_are_refused_at_once(
+    capsys: pytest.CaptureFixture[str], no_building: None, args: list[str], message: str
+) -> None:
+    err = refused(capsys, "topo", *args, "-o", "/nonexistent/t.json")
+    assert message in err and "at most 64,000 hosts" in err
+
+
+def test_the_host_cap_is_what_the_builders_can_address() -> None:
+    ip, mac = topology._host_addr(topology.MAX_HOSTS - 1)
+    assert topology._ipv4_prefix(ip) and topology._mac(mac)
+    assert not topology._ipv4_prefix(topology._host_addr(topology.MAX_HOSTS)[0])
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_nested(100_000), "lists and objects nested more than 32 deep; not a topology file"),
+        ('{"links": ' + _nested(40) + "}", "nested more than 32 deep"),
+        ('{"hosts": ' + '{"a": ' * 50_000 + "1" + "}" * 50_001, "nested more than 32 deep"),
+        (
+            '{"switches": {"s1": {"device_id": ' + "9" * 5000 + '}}, "links": []}',
+            "not valid JSON (an integer of 5000 digits)",
+        ),
+    ],
+    ids=["lists-100000", "lists-40", "objects-50000", "integer-5000-digits"],
+)
+def test_deep_or_huge_topology_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    err = refused(capsys, "stats", "-t", str(path))
+    assert f"{path}: " in err and message in err
+
+
+def test_nesting_is_counted_outside_strings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Brackets in a string are text: 150 of them load; lists 33 deep do not."""
+    data = star_json()
+    data["hosts"]["h1"]["role"] = "[" * 100 + '\\"{' * 50
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert Topology.load(path).hosts["h1"].role == data["hosts"]["h1"]["role"]
+    data["links"] = json.loads(_nested(32))  # 33 deep with the top-level object
+    path.write_text(json.dumps(data))
+    assert "nested more than 32 deep" in refused(capsys, "stats", "-t", str(path))
+    data["links"] = json.loads(_nested(31))  # 32 deep: parsed, then refused by the schema
+    path.write_text(json.dumps(data))
+    assert "nested" not in refused(capsys, "stats", "-t", str(path))
+
+
+def test_deep_job_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    (tmp_path / "t.json.jobs.json").write_text('{"jobs": ' + _nested(100_000) + "}")
+    err = refused(capsys, "job", "list", "-t", str(path))
+    assert "t.json.jobs.json: lists and objects nested more than 32 deep" in err
+
+
+def test_json_files_larger_than_the_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topology, "MAX_JSON_BYTES", 1 << 10)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()) + " " * 2000)
+    err = refused(capsys, "stats", "-t", str(path))
+    assert f"{path}: larger than 1,024 bytes; not a topology file" in err
+
+
+def test_deep_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(_nested(100_000))
+    argv = ["--schedule", str(path), "--rank", "0", "--peers", "127.0.0.1:1"]
+    err = usage_refused(capsys, rank_worker.main, "rank 0", *argv)
+    assert f"cannot read a schedule: {path}: lists and objects nested more than 32" in err
+
+
+# ---------------------------------------------------------------------- benchmarks
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+BENCH_ARGS: list[tuple[str, list[str], str, str]] = [
+    ("bench_allreduce", ["--workers", "0"], "run_demo", "--workers: expected a number of workers"),
+    ("bench_allreduce", ["--size", "0"], "run_demo", "--size: expected a number of elements"),
+    ("bench_codecs", ["--n", "-1"], "throughput", "--n: expected a number of elements"),
+    ("bench_codecs", ["--reps", "0"], "throughput", "--reps: expected a number of allreduces"),
+    ("bench_collective_exec", ["--ranks", "4,x"], "error_table", "--ranks: expected a number"),
+    ("bench_schedules", ["--reps", "0"], "from_spec", "--reps: expected a number"),
+    ("bench_softswitch", ["--chunks", "0"], "bench_in_process", "--chunks: expected a number"),
+    ("bench_softswitch", ["--workers", "33"], "bench_in_process", "--workers: expected a number"),
+    ("bench_e2e", ["--window", "0"], "", "--window: expected a number of slots in 1..32767"),
+    ("bench_mininet", ["--repeat", "0"], "", "--repeat: expected a number of allreduces"),
+    ("bench_collectives", ["--bw", "0"], "", "--bw: expected Mbit/s in (0, 1000]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "heavy", "message"),
+    BENCH_ARGS,
+    ids=[f"{s[6:]} {' '.join(a)}" for s, a, _, _ in BENCH_ARGS],
+)
+def test_benchmarks_refuse_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    script: str,
+    args: list[str],
+    heavy: str,
+    message: str,
+) -> None:
+    spec = importlib.util.spec_from_file_location(script, BENCH / f"{script}.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, script, bench)  # dataclasses look their module up
+    spec.loader.exec_module(bench)
+    if heavy:  # what runs first after the arguments
+        monkeypatch.setattr(bench, heavy, _trip)
+    monkeypatch.setattr(netns, "namespaces_missing", _trip)  # bench_e2e, bench_mininet
+    monkeypatch.setattr(debian, "ensure", _trip)  # bench_collectives
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *args])
+    assert message in usage_refused(capsys, lambda _: bench.main(), f"{script}.py")
+
+
+GLOO = "python -m inaemu.mininet.gloo_worker"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed", "-1"], "--seed: expected a seed"),
+        (["--timeout", "inf"], "--timeout: expected seconds in (0, 86400]"),
+        (["--start-at", "inf"], "--start-at: expected a wall-clock time"),
+        (["--size", str(2**28 + 1)], "--size: expected a number of elements in 1..268435456"),
+    ],
+    ids=["seed", "timeout", "start-at", "size"],
+)
+def test_gloo_worker_refuses_bad_values(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setattr(gloo_worker, "interface_of", _trip)
+    base = ["--rank", "0", "--workers", "2", "--master", "127.0.0.1", "--size", "4"]
+    argv = [*base, "--local-ip", "127.0.0.1", *args]
+    assert message in usage_refused(capsys, gloo_worker.main, GLOO, *argv)

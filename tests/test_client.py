@@ -38,6 +38,7 @@ def test_exact_sum_under_injected_loss(loss: float) -> None:
             InaClient(
                 LoopbackWireTransport(w.port, wire_dir),
                 job_id=1,
+                run=1,
                 window=window,
                 initial_rto=0.02,
                 give_up_after=20,
@@ -70,7 +71,8 @@ def test_consecutive_operations_and_opcodes() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=4) for w in ws
+            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=4)
+            for w in ws
         ]
 
         def work(c: InaClient, x: npt.NDArray[np.int32]) -> list[npt.NDArray[np.int32]]:
@@ -100,7 +102,8 @@ def test_overflow_is_reported_per_chunk() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=4) for w in ws
+            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=4)
+            for w in ws
         ]
         outs = run_threads([partial(c.allreduce_int32, a) for c in clients])
     for res, over in outs:
@@ -122,7 +125,7 @@ def test_duplicated_and_reordered_results_are_harmless() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=8)
         clients = [
-            InaClient(DuplicatingReorderingTransport(w.port, wire_dir), job_id=1, window=8)
+            InaClient(DuplicatingReorderingTransport(w.port, wire_dir), job_id=1, run=1, window=8)
             for w in ws
         ]
         outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
@@ -140,6 +143,7 @@ def test_vanished_switch_gives_a_clear_error_within_its_bound(tmp_path: Path) ->
     client = InaClient(
         transport,
         job_id=7,
+        run=1,
         window=4,
         initial_rto=0.01,
         max_rto=0.05,
@@ -161,6 +165,7 @@ def test_missing_peer_names_the_job_and_chunks() -> None:
         client = InaClient(
             LoopbackWireTransport(1, wire_dir),
             job_id=3,
+            run=1,
             window=4,
             initial_rto=0.01,
             max_rto=0.05,
@@ -193,6 +198,7 @@ def test_codecs_through_the_switch_match_the_reference_bit_for_bit(codec_name: s
             InaClient(
                 LoopbackWireTransport(w.port, wire_dir),
                 job_id=1,
+                run=1,
                 window=16,
                 n_workers=n,
                 initial_rto=0.02,
@@ -264,7 +270,7 @@ def test_chunks_striped_over_two_trees() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         apply_to_pipeline(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=8, mgid=1, n_trees=2))
         clients = [
-            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=8, n_trees=2)
+            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=8, n_trees=2)
             for w in ws
         ]
         outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
@@ -281,7 +287,9 @@ def test_int32_overflow_through_the_switch_fails_clearly() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, window=4, n_workers=2)
+            InaClient(
+                LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=4, n_workers=2
+            )
             for w in ws
         ]
 

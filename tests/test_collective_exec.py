@@ -2,7 +2,8 @@
 mesh (threads, property tests), a TCP mesh in threads, and worker processes on loopback.
 
 The schedules here are written for the tests (ring, ring with split transfers, binary tree,
-recursive doubling); the reference runs a schedule on numpy arrays, transfer by transfer."""
+recursive doubling), plus the worker-aggregator's (`collectives.ps`, every rank's whole array
+into one); the reference runs a schedule on numpy arrays, transfer by transfer."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inaemu.collectives.ps import ps_steps
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer, chunk_bounds
 from inaemu.hostlib.codecs import FixedPointCodec, make_codec, simulate_allreduce
 from inaemu.hostlib.collective import worker as collective_worker
@@ -95,11 +97,17 @@ def recursive_doubling(n: int) -> Schedule:
     return Schedule("rd", _hosts(n), 1, tuple(steps))
 
 
+def worker_aggregator(n: int) -> Schedule:
+    """`collectives.ps`: every rank adds its array into rank 0's, which copies the sum back."""
+    return Schedule("ps", _hosts(n), 1, ps_steps(n))
+
+
 SCHEDULES: dict[str, Callable[[int], Schedule]] = {
     "ring": ring,
     "ring-split": lambda n: ring(n, 2),
     "tree": tree,
     "rd": recursive_doubling,
+    "ps": worker_aggregator,
 }
 
 
@@ -290,6 +298,29 @@ def test_inceptionn_compressions_per_result(n: int) -> None:
     once); recursive doubling 2(n - 1) times (each input and partial sum once per level)."""
     assert (inceptionn_quantizations(ring(n)) == n).all()
     assert (inceptionn_quantizations(recursive_doubling(n)) == 2 * (n - 1)).all()
+    # worker-aggregator: every input once, then the aggregator's sum once
+    assert (inceptionn_quantizations(worker_aggregator(n)) == n).all()
+
+
+def test_the_aggregator_compresses_the_sum_once_and_sends_everyone_the_same_bytes() -> None:
+    n, size = 4, 20_000
+    schedule = worker_aggregator(n)
+    inputs = gradients(n, size, 11)
+    mesh = MemoryMesh(n)
+    results = run_ranks(
+        schedule,
+        mesh.channels,
+        lambda c, r: (c.allreduce(inputs[r], InceptionnCodec()), c.summary()),
+    )
+    sums = [res for res, _ in results]
+    assert all(np.array_equal(s, sums[0]) for s in sums)  # the aggregator's kept value too
+    agg = results[0][1]
+    per_peer = [agg["bytes_sent_per_peer"][str(r)] for r in range(1, n)]
+    assert len(set(per_peer)) == 1  # one compression of the sum, the same bytes to each
+    for r in range(1, n):  # a worker pushes its own compressed array, once
+        sent = {k: b for k, b in results[r][1]["bytes_sent_per_peer"].items() if b}
+        assert sent == {"0": results[r][1]["bytes_sent"]}
+        assert results[r][1]["bytes_sent"] < 2 * size  # compressed: under half of float32
 
 
 def test_inceptionn_sends_fewer_bytes_and_the_ring_meets_the_documented_error() -> None:

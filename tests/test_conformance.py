@@ -4,6 +4,8 @@ users."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -100,6 +102,53 @@ def test_p4c_emits_the_committed_p4info(bmv2_json: Path) -> None:
 
     built = parse_p4info_text((bmv2_json.parent / "ina.p4info.txt").read_text())
     assert p4info_diff(built, load_p4info().message) == []
+
+
+def _shim_simple_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """`simple_switch` on PATH becomes a shell script that runs `script`, then the real one
+    with the arguments as `script` left them."""
+    real = shutil.which("simple_switch")
+    shim = tmp_path / "bin" / "simple_switch"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\n{script}\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+# What a busy machine does to simple_switch: it starts 3 s late, and if told to wait N seconds
+# before reading its input files (--use-files N), it reads them 3 s later than that.
+SLOW_START = """
+sleep 3
+n=$#; prev=
+for a in "$@"; do
+    if [ "$prev" = --use-files ]; then set -- "$@" $((a + 3)); else set -- "$@" "$a"; fi
+    prev=$a
+done
+shift $n
+"""
+
+
+@pytest.mark.bmv2
+@needs_bmv2
+def test_bmv2_waits_for_a_slow_switch(
+    bmv2_json: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A simple_switch slower than usual at everything still runs the case: the runner waits
+    for it to be ready and done, never a fixed time."""
+    _shim_simple_switch(tmp_path, monkeypatch, SLOW_START)
+    result = Bmv2Runner(bmv2_json).run(load_stf(CASES_DIR / "tree_leaf.stf"))
+    assert result.ok, "\n".join(result.failures)
+    assert result.packets_out == 5
+
+
+@pytest.mark.bmv2
+@needs_bmv2
+def test_bmv2_says_when_the_switch_never_starts(
+    bmv2_json: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _shim_simple_switch(tmp_path, monkeypatch, "echo 'no such thing' >&2; exit 3")
+    with pytest.raises(RuntimeError, match="simple_switch exited: no such thing"):
+        Bmv2Runner(bmv2_json).run(load_stf(CASES_DIR / "tree_leaf.stf"))
 
 
 def test_bmv2_cli_commands_for_the_cases() -> None:

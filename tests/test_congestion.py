@@ -271,7 +271,7 @@ class SimSwitch:
 
 
 def sim_client(sim: SimSwitch, **kwargs: object) -> InaClient:
-    opts: dict[str, object] = {"job_id": 1, "window": sim.window, "give_up_after": 30.0}
+    opts: dict[str, object] = {"job_id": 1, "window": sim.window, "run": 1, "give_up_after": 30.0}
     opts.update(kwargs)
     return InaClient(sim, clock=sim.clock, **opts)  # type: ignore[arg-type]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -189,11 +190,12 @@ def test_compare_on_a_star_runs_every_algorithm() -> None:
     assert "star:4: 1 switches (1 root), 4 workers x 20,000 float32, codec fixedpoint" in out
     assert "embedded links have no bandwidth limit" in out
     rows = _rows(out)
-    assert list(rows) == ["ina", "ring", "hd", "hdrm", "multitree"]
-    for algo in ("ina", "ring", "hd", "multitree"):
+    assert list(rows) == ["ina", "ring", "hd", "hdrm", "multitree", "ps"]
+    for algo in ("ina", "ring", "hd", "multitree", "ps"):
         assert rows[algo].endswith("bit-exact, within bound"), rows[algo]
     assert "skipped: hdrm does not run on a star topology" in rows["hdrm"]
     assert rows["ring"].split()[1] == "6"  # 2 (N - 1) steps
+    assert rows["ps"].split()[1] == "2"  # push, pull
 
 
 def test_compare_on_a_leaf_spine_with_loss() -> None:
@@ -243,3 +245,120 @@ def test_compare_names_the_peer_that_was_late() -> None:
         r"0\.001 s|rank \d \(10\.0\.0\.\d\) acknowledged nothing for 0\.001 s)",
         proc.stderr,
     ), proc.stderr
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid -> pids of the live processes (from /proc)."""
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _running(int(entry)):
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out.setdefault(int(fields[1]), []).append(int(entry))
+    return out
+
+
+def _descendants(pid: int) -> set[int]:
+    children, found, todo = _children(), set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("demo", "workers", "switches", "sig"),
+    [
+        (("--workers", "2", "--size", "20000000"), 2, 1, signal.SIGTERM),
+        (("--workers", "2", "--size", "20000000"), 2, 1, signal.SIGKILL),
+        (
+            ("--topo", "leaf-spine:2x1x2", "--algo", "ina,ring", "--size", "5000000"),
+            4,
+            3,
+            signal.SIGTERM,
+        ),
+        (
+            ("--topo", "leaf-spine:2x1x2", "--algo", "ina,ring", "--size", "5000000"),
+            4,
+            3,
+            signal.SIGKILL,
+        ),
+    ],
+    ids=[
+        "one-switch-SIGTERM",
+        "one-switch-SIGKILL",
+        "compare-topo-SIGTERM",
+        "compare-topo-SIGKILL",
+    ],
+)
+def test_a_terminated_demo_leaves_nothing_running(
+    tmp_path: Path, demo: tuple[str, ...], workers: int, switches: int, sig: signal.Signals
+) -> None:
+    """A demo stopped by SIGTERM (a CI job cancelled) stops its switches and workers; one
+    killed with SIGKILL runs no handler, and they stop themselves. Within seconds no process
+    it started is left, its gRPC port is free, and the next demo on the same wire dir runs."""
+    wires = tmp_path / "wires"
+    grpc = ["--grpc-port", str(port := _free_port())] if switches == 1 else []
+    argv = [*INAEMU, "demo", *demo, *grpc, "--wire-dir", str(wires), "--no-progress"]
+    # output to files: a pipe would stay open as long as any child holds it
+    log = (tmp_path / "demo.log").open("w+")
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=ROOT, start_new_session=True)
+    started: set[int] = set()
+    try:
+        deadline = time.monotonic() + 90
+        while not (
+            wires.is_dir() and sum(n.endswith(".host") for n in os.listdir(wires)) == workers
+        ):
+            assert proc.poll() is None, (tmp_path / "demo.log").read_text()
+            assert time.monotonic() < deadline, "the workers did not attach"
+            time.sleep(0.1)
+        started = _descendants(proc.pid)  # switches, workers (and multiprocessing's helper)
+        assert len(started) > switches + workers
+        proc.send_signal(sig)
+        deadline = time.monotonic() + 8
+        proc.wait(8)
+        while (left := {p for p in started if _running(p)}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pid in started:  # what a failed test left behind
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+    err = (tmp_path / "demo.log").read_text()
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 130 and "interrupted (SIGTERM)" in err, err
+    if switches == 1:
+        assert not _listening(port)
+    again = [*demo[:-1], "2000", *grpc, "--wire-dir", str(wires), "--no-progress"]
+    second = run("demo", *again, timeout=120)
+    assert second.returncode == 0, second.stdout + second.stderr

@@ -3,10 +3,12 @@ process (`python -m inaemu.hostlib.worker`), through a switch on veths (the soft
 AF_PACKET, and simple_switch_grpc where bmv2 is installed), programmed only through the
 controller's commands (`inaemu pipeline push`, `job add`, `job remove`, `loss`).
 
-One scenario per switch: the same job's workers run twice; the job is removed and its pool
-given to a new job, whose workers run; a run under 1 % injected loss; a run in which one
-worker is killed, so that the others fail with the clear timeout error. Every result is
-checked element by element against numpy's sum of the workers' inputs."""
+One scenario per switch: the same job's workers run twice, each time with a run id from
+`inaemu job new-run`, and a third time with the same arguments but no run id, which every
+worker refuses; the job is removed and its pool given to a new job, whose workers run; a run
+under 1 % injected loss; a run in which one worker is killed, so that the others fail with the
+clear timeout error. Every result is checked element by element against numpy's sum of the
+workers' inputs."""
 
 from __future__ import annotations
 
@@ -45,18 +47,29 @@ class Network:
         assert proc.returncode == 0, f"inaemu {' '.join(args)}: {proc.stderr}"
         return proc.stdout
 
+    def new_run(self, job: int) -> int:
+        """A run id for the next run of `job`'s workers, from the job state, as a user gets it."""
+        return int(self.inaemu("job", "new-run", "-t", str(self.topo_file), "--job", str(job)))
+
     def workers(
-        self, job: int, seed: int, run: int, *, timeout: float = 30.0, kill: int | None = None
+        self,
+        job: int,
+        seed: int,
+        run: int | None,
+        *,
+        timeout: float = 30.0,
+        kill: int | None = None,
     ) -> list[subprocess.CompletedProcess[str]]:
-        """All N workers of `job` at once; `kill`: SIGKILL that rank as it starts."""
+        """All N workers of `job` at once (`run` None: no --run); `kill`: SIGKILL that rank as
+        it starts."""
         agg = self.net.topology.switches[self.net.switch_name]
         procs = []
         for rank, (name, host) in enumerate(sorted(self.net.topology.hosts.items())):
             argv = [sys.executable, "-m", "inaemu.hostlib.worker", "--job", str(job)]
             argv += ["--workers", str(N), "--rank", str(rank), "--local-ip", host.ip]
-            argv += ["--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
+            argv += ["--mac", host.mac, "--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
             argv += ["--size", str(self.size), "--seed", str(seed), "--codec", "int32"]
-            argv += ["--run", str(run), "--timeout", str(timeout)]
+            argv += ["--timeout", str(timeout), *(["--run", str(run)] if run is not None else [])]
             argv += ["--out", str(self.tmp / f"{name}.npy")]
             procs.append(self.net.host(name, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         if kill is not None:  # before it sends anything: its chunks never reach the switch
@@ -67,9 +80,11 @@ class Network:
             done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
         return done
 
-    def check_exact(self, job: int, seed: int, run: int) -> None:
+    def check_exact(self, job: int, seed: int) -> None:
+        """A run of `job`'s workers with a new run id: every worker gets the exact sum."""
         for f in self.tmp.glob("*.npy"):
             f.unlink()
+        run = self.new_run(job)
         results = self.workers(job, seed, run)
         for r in results:
             assert r.returncode == 0, r.stderr
@@ -112,23 +127,27 @@ def test_runs_reinstall_loss_and_a_dead_worker(network: Network) -> None:
     network.inaemu("pipeline", "push", "-t", t)
     workers = ",".join(sorted(network.net.topology.hosts))
     network.inaemu("job", "add", "-t", t, "--job", "1", "--workers", workers, "--pool", "64")
-    network.check_exact(job=1, seed=1, run=1)
-    network.check_exact(job=1, seed=2, run=2)  # the same job's workers again
+    network.check_exact(job=1, seed=1)
+    network.check_exact(job=1, seed=2)  # the same job's workers again, with a new run id
+    for r in network.workers(job=1, seed=2, run=None):  # and again, with no run id
+        assert r.returncode == 2 and not r.stdout, r.stdout + r.stderr
+        assert "--run is required" in r.stderr and "inaemu job new-run" in r.stderr
 
     network.inaemu("job", "remove", "-t", t, "--job", "1")
     out = network.inaemu("job", "add", "-t", t, "--job", "2", "--workers", workers, "--pool", "64")
     assert "slots [0, 64)" in out  # job 1's pool, given to job 2
-    network.check_exact(job=2, seed=3, run=1)
+    network.check_exact(job=2, seed=3)
 
     ports = ",".join(str(p) for p in sorted(network.net.ports.values()))
     network.inaemu("loss", "-t", t, "--switch", "s1", "--ports", ports, "--probability", "0.01")
-    network.check_exact(job=2, seed=4, run=2)
+    network.check_exact(job=2, seed=4)
     stats = network.inaemu("stats", "-t", t)
     assert re.search(r"loss [1-9]", stats), stats  # the switch did drop packets
     network.inaemu("loss", "-t", t, "--switch", "s1", "--ports", ports, "--probability", "0")
 
-    results = network.workers(job=2, seed=5, run=3, timeout=5.0, kill=0)
+    results = network.workers(job=2, seed=5, run=network.new_run(2), timeout=5.0, kill=0)
     assert results[0].returncode != 0
     for r in results[1:]:
         assert r.returncode == 1, r.stdout + r.stderr
         assert "job 2: no result for" in r.stderr and "every worker of the job alive" in r.stderr
+        assert "MAC that the job's topology gives this host" in r.stderr

@@ -22,6 +22,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet import debian
 from inaemu.mininet.algos import ALGORITHMS, Algorithm, algorithm, register
-from inaemu.mininet.run import expected_result, parse_size, tcpdump_missed
+from inaemu.mininet.run import default_run_dir, expected_result, parse_size, tcpdump_missed
 from inaemu.mininet.scenario import link_params
 from inaemu.mininet.scenario import root_interfaces as root_ifs
 from tests.netns import namespaces_missing
@@ -60,6 +61,19 @@ def test_sizes_are_elements_with_binary_suffixes() -> None:
     for bad in ("", "0", "1.5M", "-4", "4T", "M"):
         with pytest.raises(Exception, match="bad size"):
             parse_size(bad)
+
+
+def test_the_default_run_dir_is_outside_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Following the docs from the repository root writes nothing into the checkout: the
+    default run dir is a new one under the temp dir."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = default_run_dir("leaf-spine:2x2x2", "softswitch", "ina,ring")
+    assert path.is_absolute() and not path.resolve().is_relative_to(ROOT)
+    assert path.parent == tmp_path / "inaemu-mininet"
+    assert re.fullmatch(r"\d{8}-\d{6}-leaf-spine-2x2x2-softswitch-ina,ring", path.name), path
 
 
 def test_what_tcpdump_missed() -> None:
@@ -217,8 +231,9 @@ def mininet_ready() -> None:
 
 
 def test_debian_mininet_is_imported_even_from_the_repository_root(mininet_ready: None) -> None:
-    """With the repository root first on sys.path, `import mininet` would find this
-    repository's mininet/ folder; the loader still gets Debian's."""
+    """With the repository root first on sys.path, `import mininet` in the venv (which does
+    not see Debian's) finds only this repository's mininet/ folder, as a namespace portion (no
+    __init__.py, so that any regular `mininet` package would win); the loader gets Debian's."""
     code = (
         "import sys; sys.path.insert(0, '.'); import importlib.util as u; "
         "print(u.find_spec('mininet').origin); "
@@ -230,7 +245,7 @@ def test_debian_mininet_is_imported_even_from_the_repository_root(mininet_ready:
     )
     assert proc.returncode == 0, proc.stderr
     shadow, net, module = proc.stdout.split()
-    assert Path(shadow) == ROOT / "mininet" / "__init__.py"  # the trap is real
+    assert shadow == "None"  # a namespace portion: no module of its own
     folder = debian.mininet_dir()
     assert folder is not None and Path(net) == folder / "mininet" / "net.py"
     assert module == "mininet.node"
@@ -452,4 +467,45 @@ def test_ctrl_c_removes_everything(tmp_path: Path) -> None:
     assert proc.returncode == 130, seen + out + err
     assert "interrupted" in err and "network removed" in err
     assert not (run / "summary.json").exists()
+    assert_removed(run)
+
+
+@pytest.mark.usefixtures("mininet_ready", "in_root_ns")
+def test_progress_and_the_default_run_dir(tmp_path: Path) -> None:
+    """Run from the repository root as the docs say, without --run-dir: the run dir is a new
+    one under the temp dir (here TMPDIR), named at the start; while the workers run, a
+    progress line every --progress seconds says which run, how many are done, the time and
+    the bytes so far."""
+    argv = [sys.executable, "-m", "inaemu.mininet", "--topo", "star:2", "--size", "256K"]
+    argv += ["--bw", "2", "--progress", "1"]  # about 5 s of traffic
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT, cwd=ROOT, env=env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    (run_line,) = [line for line in lines[:3] if line.startswith("run dir: ")]
+    run = Path(run_line.removeprefix("run dir: "))
+    assert run.parent == tmp_path / "inaemu-mininet" and (run / "summary.json").is_file()
+    assert lines[-1].startswith(f"run dir: {run} ")
+    first = next(i for i, line in enumerate(lines) if line.startswith("programmed in"))
+    last = lines.index("network removed")
+    progress = [
+        m
+        for line in lines[first:last]
+        if (
+            m := re.fullmatch(
+                r"  running ina x 262,144: ([0-2])/2 workers done after (\d+) s \(limit 1800 "
+                r"s\); the hosts sent ([\d.,]+) (B|KiB|MiB) so far, ([\d.,]+) Mbit/s",
+                line,
+            )
+        )
+    ]
+    assert len(progress) >= 2, proc.stdout
+    seconds = [int(m[2]) for m in progress]
+    assert seconds == sorted(seconds) and seconds[-1] > seconds[0]
+    assert (
+        lines[last - 1]
+        == f"2/2 workers done in {lines[last - 1].split()[4]} s; removing the network"
+    )
     assert_removed(run)

@@ -61,7 +61,9 @@ STAR4 = ("h1", "h2", "h3", "h4")
 
 
 def test_every_algorithm_says_what_it_runs() -> None:
-    assert list(ALGORITHMS) == ["ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "gloo"]
+    assert list(ALGORITHMS) == [
+        "ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "gloo"
+    ]  # fmt: skip
     for name, cls in ALGORITHMS.items():
         algo = algorithm(name)
         assert cls.summary and algo.codecs, name
@@ -77,7 +79,7 @@ def test_what_each_algorithm_refuses() -> None:
         algorithm("gloo").refuse(topo, STAR4, "inceptionn")
     )
     assert algorithm("gloo").refuse(topo, STAR4, "plain") is None
-    for name in ("ring", "hd", "multitree"):
+    for name in ("ring", "hd", "multitree", "ps"):
         assert algorithm(name).refuse(topo, STAR4, "inceptionn") is None, name
     assert "supports bigraph" in str(algorithm("hdrm").refuse(topo, STAR4, "int32"))
     bigraph = from_spec("bigraph:2x4")
@@ -108,6 +110,28 @@ def test_a_collective_worker_gets_its_schedule_rank_and_every_peer(tmp_path: Pat
         assert [p.split(":")[0] for p in peers] == [topo.hosts[h].ip for h in algo.schedule.hosts]
         assert len({p.split(":")[1] for p in peers}) == 1
         assert opt["--run"] == "77" and opt["--codec"] == "plain"
+
+
+def test_an_ina_worker_gets_everything_the_worker_requires(tmp_path: Path) -> None:
+    """The INA worker's command line as the runner builds it is one the worker accepts: its
+    run id, and its host's MAC from the topology (which the worker checks on the interface)."""
+    from inaemu.hostlib import worker
+
+    topo = from_spec("leaf-spine:2x2x2")
+    workers = tuple(sorted(topo.hosts))
+    sc: Any = SimpleNamespace(
+        topology=topo,
+        host_ip=lambda h: topo.hosts[h].ip,
+        agg_address=lambda h: ("10.0.0.254", "02:00:00:00:00:fe"),
+    )
+    spec = RunSpec(workers, size=1000, codec="int32", seed=3, run_id=77, window=64, timeout=5)
+    algo = algorithm("ina")
+    for rank, host in enumerate(workers):
+        argv = algo.worker_argv(sc, spec, rank, host, tmp_path / "x.npy")
+        assert argv[1:3] == ["-m", "inaemu.hostlib.worker"]
+        args = worker.build_parser().parse_args(argv[3:])
+        assert worker._refused(args) is None
+        assert (args.run, args.mac, args.rank) == (77, topo.hosts[host].mac, rank)
 
 
 # ---------------------------------------------------------------------- the gloo worker
@@ -313,6 +337,14 @@ def test_a_row_counts_hosts_links_and_the_busiest_link() -> None:
                         bandwidths=[None] * 4, hosts=("h1", "h2", "h3"), verdict=Verdict(),
                         problems=["h2 (rank 1): exit 1"])  # fmt: skip
     assert unshaped.busiest_share is None and not unshaped.verified
+    assert (unshaped.busiest_link, unshaped.busiest_bytes) == ("s1:4 -> s2:1", 6000)
+    # shaped unevenly (a torus node's wide host link): the busiest is the one that needs the
+    # most time at its bandwidth, h1's 3000 B at 10 Mbit/s, not the 6000 B at 50
+    narrow = make_row("ring", 4096, "plain", "bound", seconds=0.008, uses=uses(),
+                      bandwidths=[10.0, 50.0, 50.0, 50.0], hosts=("h1", "h2", "h3"),
+                      verdict=verdict)  # fmt: skip
+    assert (narrow.busiest_link, narrow.busiest_bytes) == ("s1:1 -> h1", 3000)
+    assert narrow.busiest_share == pytest.approx(3000 / (10e6 / 8 * 0.008))
     assert json.loads(json.dumps(row.to_json()))["facts"] == {"schedule": "3 steps"}
 
     lines = render_table([row, unshaped])
@@ -439,7 +471,9 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
         logs = run / "logs" / f"{name}-{size}"
         assert sorted(p.name for p in logs.glob("*.json")) == [f"h{i}.json" for i in range(1, 5)]
     schedules = sorted(p.name for p in (run / "build").glob("schedule-*.json"))
-    assert schedules == ["schedule-hd.json", "schedule-multitree.json", "schedule-ring.json"]
+    assert schedules == [
+        "schedule-hd.json", "schedule-multitree.json", "schedule-ps.json", "schedule-ring.json"
+    ]  # fmt: skip
     assert not list((run / "build" / "results").rglob("*.npy"))  # verified: removed
-    assert "verified: every run (6)" in proc.stdout
+    assert "verified: every run (7)" in proc.stdout
     assert_removed(run)

@@ -41,7 +41,15 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     parse_frames,
 )
-from inaemu.p4.constants import INA_SLOTS, P4INFO_PATH, DropReason, Event
+from inaemu.p4.constants import (
+    INA_DROP_REASONS,
+    INA_EVENTS,
+    INA_PORTS,
+    INA_SLOTS,
+    P4INFO_PATH,
+    DropReason,
+    Event,
+)
 from inaemu.p4.info import load_p4info
 from inaemu.softswitch.p4runtime.arbitration import Arbitration
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, decode_bytes, encode_bytes
@@ -476,10 +484,14 @@ def test_observer_without_election_id_and_stream_limit(pipeline: Pipeline) -> No
         assert status(a.arbitrate(4)) == CODE.OK
         note = observer.next()  # told about the new primary
         assert status(note) == CODE.ALREADY_EXISTS and note.arbitration.election_id.low == 4
-        third = Controller(server.address)
-        err = third.next()
+        third = Controller(server.address)  # both slots taken: an observer gets none
+        err = third.arbitrate(None)
         assert isinstance(err, grpc.RpcError) and err.code() == CODE.RESOURCE_EXHAUSTED
-        for ctl in (observer, a, third):
+        fourth = Controller(server.address)  # a controller takes the observer's slot
+        assert status(fourth.arbitrate(3)) == CODE.ALREADY_EXISTS
+        err = observer.next()
+        assert isinstance(err, grpc.RpcError) and err.code() == CODE.RESOURCE_EXHAUSTED
+        for ctl in (observer, a, third, fourth):
             ctl.close()
 
 
@@ -1277,7 +1289,7 @@ def test_end_to_end_ina_job_programmed_over_grpc(server: P4RuntimeServer) -> Non
             }
             assert events[Event.CONTRIBUTION] == 2 and events[Event.COMPLETE_ROOT] == 1
             every = [e async for e in finsy_read(sw, fy.P4CounterEntry())]
-            assert len(every) == 9 + 512 + 16 + 512
+            assert len(every) == INA_EVENTS + INA_PORTS + INA_DROP_REASONS + INA_PORTS
             drops = [
                 e
                 async for e in finsy_read(
@@ -1368,6 +1380,8 @@ def test_p4runtime_shell_client(push_config: bool, pipeline: Pipeline) -> None:
             str(REPO / "tests" / "p4runtime_shell_check.py"),
             "--grpc-addr",
             server.address,
+            "--drop-reasons",
+            str(INA_DROP_REASONS),
         ]
         if push_config:
             args += ["--config", f"{P4INFO_PATH},{P4INFO_PATH}"]  # any bytes do as device config

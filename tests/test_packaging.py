@@ -1,8 +1,11 @@
 """The installed package: one `inaemu` namespace, no generic top-level modules, and the data
-(P4 sources, committed P4Info, conformance cases) that its commands read."""
+(P4 sources, committed P4Info, conformance cases) that its commands read. In the checkout, the
+top-level `p4/` and `mininet/` folders are no regular packages, so that from the repository
+root `import p4` and `import mininet` still find p4runtime's and Debian's packages."""
 
 from __future__ import annotations
 
+import os
 import site
 import subprocess
 import sys
@@ -11,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from inaemu.softswitch.p4runtime.server import P4RuntimeServer
+from inaemu.softswitch.pipeline import Pipeline
+from tests.test_p4runtime_server import _shell_python
+
 ROOT = Path(__file__).resolve().parents[1]
+SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with its mininet package (make mininet-deps)
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +101,65 @@ def test_installed_commands_find_their_data(installed: Path, tmp_path: Path) -> 
     assert proc.stdout.split() == ["5", "True", "True"]
     proc = _run(installed, "-m", "inaemu.softswitch", "--help", cwd=tmp_path)
     assert proc.returncode == 0 and "usage" in proc.stdout, proc.stderr
+
+
+def test_installed_p4_and_mininet_subpackages(installed: Path, tmp_path: Path) -> None:
+    """inaemu.p4 and inaemu.mininet are no regular packages (no __init__.py, so that they do
+    not hide p4runtime's `p4` and Debian's `mininet` from the repository root); installed,
+    they import as inaemu's, with their data."""
+    proc = _run(
+        installed,
+        "-c",
+        "import inaemu.p4.info, inaemu.p4.compare, inaemu.mininet.run, inaemu.mininet.compare; "
+        "print(inaemu.p4.info.__file__); print(inaemu.mininet.run.__file__)",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for line in proc.stdout.split():
+        assert str(ROOT) not in line and "/site-packages/inaemu/" in line, line
+    proc = _run(installed, "-m", "inaemu.mininet", "--help", cwd=tmp_path)
+    assert proc.returncode == 0 and "usage: inaemu mininet" in proc.stdout, proc.stderr
+
+
+# ---------------------------------------------------------------------- from the repository root
+
+
+@pytest.mark.slow
+def test_p4runtime_shell_runs_from_the_repository_root() -> None:
+    """The README's p4runtime-shell command, run from the repository root: p4runtime's `p4`
+    package (p4.v1, p4.config.v1) is found, not this repository's p4/ folder."""
+    python = _shell_python()
+    with P4RuntimeServer(Pipeline(), address="127.0.0.1:0", preconfigured=True) as server:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        proc = subprocess.run(
+            [str(python), "-m", "p4runtime_sh", "--grpc-addr", server.address,
+             "--device-id", "1", "--election-id", "0,1"],
+            input='print("ina_job entries:", len(list(table_entry["ina_job"].read())))\n',
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ina_job entries: 0" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_debian_mininet_imports_from_the_repository_root() -> None:
+    """A user's own Mininet script run from the repository root gets Debian's Mininet, not
+    this repository's mininet/ folder."""
+    elsewhere = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import mininet.net"], capture_output=True, cwd="/", timeout=60
+    )
+    if elsewhere.returncode != 0:
+        pytest.skip("Debian's mininet is not installed (make mininet-deps, as root)")
+    proc = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "from mininet.net import Mininet; import mininet; "
+         "print(mininet.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith("/usr/"), proc.stdout

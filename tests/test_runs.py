@@ -5,17 +5,21 @@ run, and results of other runs ignored."""
 
 from __future__ import annotations
 
+import json
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from inaemu.controller import cli
 from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.controller.star import star_job_plan
-from inaemu.hostlib.client import InaClient, InaTimeoutError
+from inaemu.controller.topology import star
+from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
     INA_DTYPE,
@@ -137,6 +141,46 @@ def test_reruns_on_one_installation_get_their_own_sums() -> None:
     assert pipe.ina_events.packets[Event.TAKEOVER] == 4 + 4 + 4  # every slot, every run
     packets_in, packets_accounted = accounted(pipe)
     assert packets_in == packets_accounted
+
+
+def rerun_with_default_arguments(
+    wire_dir: str, ports: list[int], xs: list[npt.NDArray[np.int32]]
+) -> str | None:
+    """New workers of job 1 (W=64) made with InaClient's default arguments sum `xs`: None if
+    every one got the exact sum, else the clear error they raised. A wrong sum fails."""
+    cs = [
+        InaClient(LoopbackWireTransport(p, wire_dir), job_id=1, window=64, give_up_after=10)
+        for p in ports
+    ]
+    try:
+        outs = reduce_all(cs, xs)
+    except InaError as exc:
+        return str(exc)
+    finally:
+        for c in cs:
+            c.transport.close()
+    for rank, o in enumerate(outs):
+        wrong = int(np.count_nonzero(o != exact(xs)))
+        assert wrong == 0, f"worker {rank}: {wrong} of {o.size} elements wrong, and no error"
+    return None
+
+
+def test_rerun_with_default_arguments_gets_the_exact_sum_or_a_clear_error() -> None:
+    """Four workers run job 1 (4,096 elements each: 64 chunks, one per slot), then four new
+    workers run it again on the same installation, both times with the client's default
+    arguments, as a restarted training job does. Each time every worker gets the exact sum or
+    an error that says how to get a run id, never a wrong sum. (With a silent default run id,
+    the second run's chunks had the seqs the first left in the cells: the switch answered
+    them as retransmissions with the first run's sums, every element wrong.)"""
+    ws = workers(4)
+    ports = [w.port for w in ws]
+    with running_switch(ports) as (sw, wire_dir):
+        install(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=64, mgid=1))
+        for seed in (1, 2):
+            error = rerun_with_default_arguments(wire_dir, ports, inputs(4, 4096, seed))
+            if error is not None:
+                assert "run id" in error and "inaemu job new-run" in error, error
+                assert "\n" not in error
 
 
 def test_reinstall_with_the_same_run_id_starts_clean() -> None:
@@ -265,7 +309,10 @@ def test_run_id_is_checked_and_restarts_the_numbering() -> None:
     with pytest.raises(ValueError, match=r"run must be 0\.\.65535"):
         InaClient(t, job_id=1, window=4, run=1 << 16)
     c = InaClient(t, job_id=1, window=4)
-    assert c.run == 0
+    assert (c.run, c.next_chunk) == (None, 0)  # no default: nothing goes out without one
+    with pytest.raises(InaError, match="no run id"):
+        c.allreduce_int32(np.zeros(K, dtype=np.int32))
+    assert t.sent == []
     c.next_chunk = 17
     c.start_run(5)
     assert (c.run, c.next_chunk) == (5, 0)
@@ -335,3 +382,84 @@ def test_controller_continues_the_epochs_it_is_given() -> None:
 
     ctl = Controller(star(2), epochs={"s1": 41})
     assert ctl.jobs.plan_add(JobSpec(1, ("h1", "h2"), pool_size=4)).epochs == {"s1": 42}
+
+
+def _job_state(tmp_path: Path, **job: object) -> tuple[Path, Path]:
+    """A star(2) topology and a job state file with job 1 on it, as `job add` writes it (no
+    switch needed: `job new-run` and `job list` read only the file)."""
+    topo = tmp_path / "t.json"
+    star(2).save(topo)
+    record = {
+        "job_id": 1,
+        "workers": ["h1", "h2"],
+        "pool_size": 4,
+        "n_trees": 1,
+        "pools": {"s1": [0, 4]},
+        "mgids": [{"s1": 1}],
+        "epochs": {"s1": 1},
+    }
+    state = tmp_path / "t.json.jobs.json"
+    state.write_text(json.dumps({"jobs": [record | job], "epochs": {"s1": 1}}))
+    return topo, state
+
+
+def test_job_new_run_issues_each_run_id_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`inaemu job new-run` prints the next run id of the job's installation and records it in
+    the job state file: 1, 2, 3 across commands (a state file from before run ids starts at
+    1), and a command that rewrites the file (here `job new-run` of another job) keeps them."""
+    topo, state = _job_state(tmp_path)
+    argv = ["job", "new-run", "-t", str(topo), "--job", "1"]
+    issued = []
+    for _ in range(3):
+        assert cli.main(argv) == 0
+        issued.append(capsys.readouterr().out)
+    assert issued == ["1\n", "2\n", "3\n"]
+    assert json.loads(state.read_text())["jobs"][0]["last_run"] == 3
+    assert cli.main(["job", "list", "-t", str(topo)]) == 0
+    assert "job 1: workers h1,h2" in capsys.readouterr().out
+
+
+def test_job_new_run_under_concurrent_commands(tmp_path: Path) -> None:
+    """Eight `job new-run` commands at once (threads: each opens the state file itself, as
+    processes do) issue eight different run ids: the commands hold the file in turn."""
+    topo, state = _job_state(tmp_path)
+    argv = ["job", "new-run", "-t", str(topo), "--job", "1"]
+    codes = run_threads([partial(cli.main, argv) for _ in range(8)])
+    assert codes == [0] * 8
+    assert json.loads(state.read_text())["jobs"][0]["last_run"] == 8
+
+
+@pytest.mark.parametrize(
+    ("job", "last_run", "message"),
+    [
+        (2, 0, "job 2 is not installed (`inaemu job add` first)"),
+        (1, 0xFFFF, "job 1 has used all 65535 run ids of its installation; reinstall it"),
+    ],
+    ids=["unknown-job", "exhausted"],
+)
+def test_job_new_run_refusals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job: int, last_run: int, message: str
+) -> None:
+    topo, state = _job_state(tmp_path, last_run=last_run)
+    before = state.read_text()
+    assert cli.main(["job", "new-run", "-t", str(topo), "--job", str(job)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("inaemu job: ") and message in err and err.count("\n") == 1, err
+    assert state.read_text() == before
+
+
+def test_reinstallation_numbers_runs_from_one_again() -> None:
+    """`next_run` counts per installation: a reinstalled job (a new epoch on every switch)
+    starts again from 1, which its new epoch tells apart from the old installation's 1."""
+    from inaemu.controller.jobs import JobManager, JobSpec
+
+    jobs = JobManager(star(2))
+    spec = JobSpec(1, ("h1", "h2"), pool_size=4)
+    jobs.commit_add(jobs.plan_add(spec))
+    assert [jobs.next_run(1) for _ in range(3)] == [1, 2, 3]
+    jobs.commit_remove(1)
+    record = jobs.plan_add(spec)
+    jobs.commit_add(record)
+    assert record.epochs == {"s1": 2} and jobs.next_run(1) == 1

@@ -1,5 +1,6 @@
-"""Host-collective schedules (ring, halving-doubling, HDRM, MultiTree), their checker, the
-routes they are measured on, and `inaemu schedule`."""
+"""Host-collective schedules (ring, halving-doubling, HDRM, MultiTree, the worker-aggregator
+baseline), their checker, the routes and node models they are measured on, the alpha-beta
+prediction, and `inaemu schedule`."""
 
 from __future__ import annotations
 
@@ -13,9 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inaemu.collectives import cli as schedule_cli
-from inaemu.collectives import hdrm, multitree, ring
+from inaemu.collectives import hdrm, multitree, ps, ring
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
-from inaemu.collectives.check import check, measure, ranks_text, simulate
+from inaemu.collectives.check import (
+    LinkModel,
+    check,
+    measure,
+    predict_seconds,
+    ranks_text,
+    simulate,
+    step_loads,
+)
 from inaemu.collectives.halving_doubling import hd_steps
 from inaemu.collectives.routes import FlowRoutes, RouteError
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer
@@ -94,7 +103,7 @@ def test_hdrm_refuses_what_is_not_a_supported_bigraph(spec: str) -> None:
 
 
 def test_unknown_algorithm_is_refused_with_the_names() -> None:
-    with pytest.raises(ScheduleError, match="ring, hd, hdrm, multitree"):
+    with pytest.raises(ScheduleError, match="ring, hd, hdrm, multitree, ps"):
         algorithm("tree")
 
 
@@ -177,6 +186,35 @@ def test_multitree_on_a_subset_of_workers(spec: str, data: st.DataObject) -> Non
         check(sched, topo, SIZE, promised=algo.promises(topo))
 
 
+@SETTINGS
+@given(
+    st.sampled_from(["star:6", "leaf-spine:2x2x3", "bigraph:2x4", "torus:3x3", "mesh:3x3"]),
+    st.data(),
+)
+def test_schedule_among_keeps_each_algorithm_s_own_order(spec: str, data: st.DataObject) -> None:
+    # what the side-by-side runners call: the workers in any order, the algorithm's order kept
+    topo = topo_of(spec)
+    hosts = data.draw(st.permutations(list(topo.hosts)))
+    workers = hosts[: data.draw(st.integers(1, len(hosts)))]
+    for name in ("ring", "hd", "multitree", "ps"):
+        algo = ALGORITHMS[name]
+        try:
+            sched = algo.schedule_among(topo, workers)
+        except ScheduleError as exc:  # a torus or mesh subset that is not linked
+            assert name == "multitree" and "not linked" in str(exc)
+            continue
+        assert set(sched.hosts) == set(workers)
+        if name == "ps":  # the aggregator first, then the others in host order
+            in_order = [h for h in topo.hosts if h in workers]
+            agg = ps.aggregator(topo, in_order)
+            assert list(sched.hosts) == [agg, *(h for h in in_order if h != agg)]
+        else:
+            assert list(sched.hosts) == [h for h in algo.order(topo, None) if h in workers]
+        check(sched, topo, SIZE, promised=algo.promises(topo))
+        if len(workers) == len(hosts):
+            assert sched == algo.schedule(topo)  # every host: what `inaemu schedule` checks
+
+
 def test_multitree_takes_fewer_steps_than_ring_on_a_4x4_torus() -> None:
     topo = topo_of("torus:4x4")
     tree, rng = (
@@ -198,6 +236,48 @@ def test_the_ring_s_default_order_crosses_each_link_once(spec: str) -> None:
         0,
         1,
     }
+
+
+# ---------------------------------------------------------------------- the worker-aggregator
+
+
+@SETTINGS
+@given(st.integers(1, 40))
+def test_ps_all_reduces_any_number_of_ranks_in_two_steps(n: int) -> None:
+    sched = Schedule("ps", tuple(f"h{i}" for i in range(n)), 1, ps.ps_steps(n))
+    simulate(sched)
+    assert len(sched.steps) == (2 if n > 1 else 0)
+    for _, t in sched.transfers():  # every transfer to or from the aggregator, rank 0
+        assert 0 in (t.src, t.dst) and (t.lo, t.hi) == (0, 1)
+
+
+def test_ps_measures_on_a_star() -> None:
+    topo = topo_of("star:5")
+    m = check(built("ps", "star:5"), topo, 1000)
+    assert (m.steps, m.chunks) == (2, 1)
+    assert m.sent_max == 4 * 1000 and m.sent_mean == 2 * 4 * 1000 / 5  # the aggregator: n - 1
+    assert m.max_flows == 4 and m.busiest == (0, ("s1", "h1"))  # 4 pushes into h1's NIC
+
+
+@SETTINGS
+@given(
+    st.sampled_from(["mesh:3x3", "mesh:3x5", "mesh:1x5", "star:4", "leaf-spine:2x2x2"]), st.data()
+)
+def test_ps_aggregator_is_the_worker_nearest_the_others(spec: str, data: st.DataObject) -> None:
+    topo = topo_of(spec) if spec in SPECS else from_spec(spec)
+    workers = data.draw(st.permutations(list(topo.hosts)))
+    workers = workers[: data.draw(st.integers(1, len(workers)))]
+    sched = ALGORITHMS["ps"].schedule_among(topo, workers)
+    routes = FlowRoutes(topo)
+
+    def hops(h: str) -> int:
+        return sum(routes.hops(h, w) for w in workers if w != h)
+
+    agg = sched.hosts[0]
+    assert hops(agg) == min(hops(w) for w in workers)
+    assert agg == next(h for h in topo.hosts if h in workers and hops(h) == hops(agg))
+    if spec == "mesh:3x3" and len(workers) == 9:
+        assert agg == "h5"  # the centre
 
 
 def test_hdrm_removes_the_contention_of_plain_halving_doubling() -> None:
@@ -336,6 +416,76 @@ def test_torus_host_links_are_internal() -> None:
         routes.links("h1", "s1_1")
 
 
+@pytest.mark.parametrize(
+    ("spec", "capacities"),
+    [("torus:3x3", {4}), ("mesh:3x3", {2, 3, 4}), ("torus:1x4", {2}), ("star:3", {1})],
+)
+def test_the_node_models(spec: str, capacities: set[int]) -> None:
+    topo = topo_of(spec) if spec in SPECS else from_spec(spec)
+    every, one = FlowRoutes(topo, "all"), FlowRoutes(topo, "1")
+    for h in topo.hosts:
+        link = (h, every.home(h))
+        assert one.capacity(link) == 1 and not one.internal(link)
+        assert every.internal(link) == (every.capacity(link) > 1) == every.direct(link)
+    assert {every.capacity((h, every.home(h))) for h in topo.hosts} == capacities
+    # one interface: the host links are contended like a NIC's
+    a, b = list(topo.hosts)[:2]
+    assert one.contended_links(a, b) == one.links(a, b)
+    if capacities == {1}:  # a switched network: a host link is a NIC in both models
+        assert every.contended_links(a, b) == every.links(a, b)
+    else:  # all ports: the host links are the nodes' internal ports
+        assert every.contended_links(a, b) == every.links(a, b)[1:-1]
+    with pytest.raises(ValueError, match="use all or 1"):
+        FlowRoutes(topo, "4")
+
+
+@SETTINGS
+@given(st.sampled_from([3, 4, 5]), st.sampled_from([1, 3, 4]), st.booleans())
+def test_multitree_under_one_interface_is_contention_free_on_its_host_links(
+    rows: int, cols: int, wrap: bool
+) -> None:
+    topo = torus(rows, cols) if wrap else mesh(rows, cols)
+    routes = FlowRoutes(topo, "1")
+    sched = ALGORITHMS["multitree"].schedule(topo, node_ports="1")
+    m = check(sched, topo, SIZE, promised=True, routes=routes)
+    n = len(topo.hosts)
+    assert m.max_flows <= 1 and m.steps >= 2 * (n - 1)  # one send per node per step
+    for load in step_loads(sched, routes):  # the host links included
+        assert all(count == 1 for count in load.values())
+
+
+def test_a_schedule_built_for_all_ports_contends_on_one_interface() -> None:
+    # MultiTree's concurrent sends of the all-ports model queue on a one-interface node's link
+    topo = topo_of("torus:3x3")
+    sched = built("multitree", "torus:3x3")
+    assert check(sched, topo, SIZE, routes=FlowRoutes(topo, "all")).max_flows == 1
+    assert check(sched, topo, SIZE, routes=FlowRoutes(topo, "1")).max_flows > 1
+
+
+def test_the_alpha_beta_prediction() -> None:
+    model = LinkModel(bw=1e6, alpha=0.5)
+    star4 = topo_of("star:4") if "star:4" in SPECS else from_spec("star:4")
+    # the ring: 6 steps, each putting a quarter of the array on every host link
+    ring4 = algorithm("ring").schedule(star4)
+    assert predict_seconds(ring4, FlowRoutes(star4), 4_000_000, model) == 6 * (0.5 + 1.0)
+    # the worker-aggregator: 3 arrays into, then out of, the aggregator's one link
+    ps4 = algorithm("ps").schedule(star4)
+    assert predict_seconds(ps4, FlowRoutes(star4), 1_000_000, model) == 2 * (0.5 + 3.0)
+    # torus:3x3, all ports: MultiTree's steps each move one chunk per network link, and a
+    # node's host link carries its 4 ports at once; with one interface up to 4 chunks queue
+    topo = topo_of("torus:3x3")
+    tree = built("multitree", "torus:3x3")
+    size, chunk = 9_000_000, 1_000_000
+    every = predict_seconds(tree, FlowRoutes(topo, "all"), size, LinkModel(bw=1e6))
+    assert every == len(tree.steps) * chunk / 1e6
+    one = predict_seconds(tree, FlowRoutes(topo, "1"), size, LinkModel(bw=1e6))
+    assert every < one <= 4 * every
+    m = measure(tree, topo, size, model=LinkModel(bw=1e6))
+    assert m.seconds == every and m.node_ports == "all"
+    with pytest.raises(ValueError, match="bw"):
+        LinkModel(bw=0)
+
+
 # ---------------------------------------------------------------------- JSON and the CLI
 
 
@@ -353,7 +503,7 @@ def test_cli_prints_the_table_and_writes_a_schedule(
     assert controller_cli.main(["schedule", "--topo", "bigraph:2x4", "--size", "1000"]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines() if line.split()[0] in ALGORITHMS}
-    assert set(rows) == {"ring", "hd", "hdrm", "multitree"}
+    assert set(rows) == {"ring", "hd", "hdrm", "multitree", "ps"}
     assert rows["hdrm"].endswith("yes (promised)") and rows["hd"].endswith("no")
     target = tmp_path / "s.json"
     code = schedule_cli.main(
@@ -380,7 +530,16 @@ def test_cli_prints_the_table_and_writes_a_schedule(
         ["hd", "star:3"],
     ]
     assert schedule_cli.main(["--topo", "torus:3x3"]) == 0
-    assert "not run:\n  torus:3x3: hdrm does not run on a torus" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not run:\n  torus:3x3: hdrm does not run on a torus" in out
+    assert "torus and mesh nodes: all network ports at once" in out
+    args = ["--topo", "torus:3x3", "--algo", "multitree", "--size", "9000000", "--bw", "8"]
+    assert schedule_cli.main([*args, "--alpha", "0", "--node-ports", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "torus and mesh nodes: one interface" in out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("multitree")]
+    assert row[3] == "18" and row[-2] == "yes"  # 18 steps of one 1 MB chunk per node each
+    assert row[-3] == "18.0000"  # 1 MB at 1 MB/s per step
 
 
 @pytest.mark.parametrize(

@@ -323,6 +323,7 @@ def test_clients_over_planned_trees_with_loss_on_every_link(topo: Topology, n_tr
         InaClient(
             net.transport(h),
             job_id=1,
+            run=1,
             window=8,
             n_trees=len(rec.trees),
             initial_rto=0.02,

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from inaemu.collectives.schedule import Schedule, ScheduleError
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND
 from inaemu.hostlib.collective.executor import (
     SCHEDULE_CODECS,
@@ -48,31 +49,43 @@ from inaemu.hostlib.worker import digest, worker_input
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = arg.ArgumentParser(
         prog="python -m inaemu.hostlib.collective.worker",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     ap.add_argument("--schedule", type=Path, required=True, help="a Schedule's JSON file")
-    ap.add_argument("--rank", type=int, required=True, help="this rank, 0..ranks-1")
+    ap.add_argument("--rank", type=arg.RANK, required=True, help="this rank, 0..ranks-1")
     ap.add_argument("--peers", required=True, help="ip:port of every rank, in rank order")
-    ap.add_argument("--size", type=int, default=100_000, help="elements per rank")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--density", type=float, default=1.0)
+    ap.add_argument(
+        "--size",
+        type=arg.ARRAY,
+        default=100_000,
+        help="elements per rank",
+    )
+    ap.add_argument("--seed", type=arg.SEED, default=1)
+    ap.add_argument("--density", type=arg.DENSITY, default=1.0)
     ap.add_argument("--codec", choices=SCHEDULE_CODECS, default="plain")
     ap.add_argument(
         "--bound", type=float, default=DEFAULT_ERROR_BOUND, help="INCEPTIONN's error bound"
     )
-    ap.add_argument("--repeat", type=int, default=1, help="allreduces of the same input")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds any wait may take")
+    ap.add_argument("--repeat", type=arg.REPEAT, default=1, help="allreduces of the same input")
+    ap.add_argument("--timeout", type=arg.SECONDS, default=30.0, help="seconds any wait may take")
     ap.add_argument(
-        "--run", type=int, default=0, help="run id (0..65535): the same on every rank of a run"
+        "--run",
+        type=arg.RUN_ID,
+        default=0,
+        help="run id (0..65535): the same on every rank of a run",
     )
     ap.add_argument("--token", help="job token (default: from the schedule, peers and run)")
     ap.add_argument(
-        "--start-at", type=float, help="wall-clock time (Unix seconds) to begin the first at"
+        "--start-at",
+        type=arg.wall_clock,
+        help="wall-clock time (Unix seconds) to begin the first at",
     )
     ap.add_argument(
-        "--listen-fd", type=int, help="an inherited listening socket to accept peers on"
+        "--listen-fd",
+        type=arg.file_descriptor,
+        help="an inherited listening socket to accept peers on",
     )
     ap.add_argument("--out", type=Path, help="write the last result here (.npy)")
     return ap
@@ -101,8 +114,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         if not 0 <= args.rank < schedule.n_ranks:
             raise ValueError(f"--rank must be within 0..{schedule.n_ranks - 1}")
-        if args.size < 0 or args.repeat < 1 or not args.timeout > 0:
-            raise ValueError("--size must be >= 0, --repeat >= 1 and --timeout > 0")
         token = args.token or default_token(args.schedule, args.peers, args.run)
         listener = None if args.listen_fd is None else socket.socket(fileno=args.listen_fd)
     except (ScheduleError, ValueError, OSError) as exc:

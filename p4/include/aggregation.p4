@@ -8,26 +8,41 @@
  * every installation of the job on this switch) and run is the top 16 bits of seq (a new
  * value on every run of the job's workers).
  *
- * A contribution from child c into (slot, set s):
- *   - the slot has another owner: the cell's state belongs to an earlier job, installation
+ * A contribution from child c into (slot, set s), decided in this order:
+ *   1. the slot has another owner: the cell's state belongs to an earlier job, installation
  *     or run. The packet takes the slot over: both sets are cleared (bitmaps, counts, states,
- *     seqs; the lanes are overwritten by the first contribution) and the owner recorded.
- *     No state survives into a new use of a cell, and no control-plane register write is
- *     needed (P4Runtime cannot write bmv2's registers).
- *   - c's bit already set in bitmap[s]: a retransmission if its seq is the cell's. If the
- *     result is known (READY), send it back to c only; if this node completed but waits for
- *     its parent, re-send its partial upward with RETX; otherwise drop (DROP_DUPLICATE).
- *     With another seq it is a copy older than the cell's use (DROP_STALE), never answered.
- *   - otherwise set c's bit in bitmap[s], clear it in bitmap[1-s]. The first contribution of
- *     a new use (count 0 or count == fanin) overwrites the lanes and resets the cell; later
- *     ones combine by opcode (SUM saturating with sticky OVERFLOW, OR, MAX signed).
- *     When count reaches fanin the root marks READY and multicasts the result (RESULT flag)
- *     to child_mgid; a non-root forwards its partial to parent_port.
- * A new contribution whose seq is not the use in progress (or is the seq of the use just
- * completed) is a copy that outlived its round: dropped as DROP_STALE. Hosts number chunks
- * within a run without restarting, so a new use of a cell always carries a new seq.
- * A RESULT from parent_port (non-root only) for the owner and seq this cell aggregated is
- * stored (READY) and multicast to the children; any other RESULT is dropped.
+ *     seqs; the lanes are overwritten by the first contribution) and the owner recorded,
+ *     then it goes on as into a fresh slot. No state survives into a new use of a cell, and
+ *     no control-plane register write is needed (P4Runtime cannot write bmv2's registers).
+ *   2. c's bit set in bitmap[s], seq not the cell's: a copy older than the cell's use
+ *     (DROP_STALE), never answered.
+ *   3. c's bit set in bitmap[s], seq the cell's: a retransmission. If the result is known
+ *     (READY), send it back to c only; if count == fanin (this node completed but waits for
+ *     its parent), re-send its partial upward with RETX; otherwise drop (DROP_DUPLICATE).
+ *   4. 0 < count < fanin and seq not the cell's: a copy of another chunk (DROP_STALE).
+ *   5. count == fanin and seq the cell's: a late copy of the completed use from a child
+ *     that has moved on (DROP_STALE).
+ *   6. c's bit set in bitmap[1-s] and count[1-s] != fanin: c jumps ahead of its round in
+ *     the other set, which is not complete, so c cannot hold its result (DROP_AHEAD; nothing
+ *     changes). Letting it through would clear c's bit in bitmap[1-s] (step 7) and count
+ *     c's next copy there a second time. bitmap[1-s] and count[1-s] are read after step 1.
+ *   7. a new contribution: set c's bit in bitmap[s], clear it in bitmap[1-s]. The first
+ *     contribution of a new use (count 0 or count == fanin) overwrites the lanes, resets
+ *     contrib and the state and records the seq; later ones combine by opcode (SUM
+ *     saturating with sticky OVERFLOW, OR, MAX signed). When count reaches fanin the root
+ *     marks READY and multicasts the result (RESULT flag) to child_mgid; a non-root forwards
+ *     its partial to parent_port. Hosts number chunks within a run without restarting, so a
+ *     new use of a cell always carries a new seq.
+ * A RESULT (non-root only, from parent_port only, else DROP_UNEXPECTED_RESULT) is stored
+ * (READY, lanes, contrib, OVERFLOW from the flag) and multicast to the children only if the
+ * slot's owner and the cell's seq are the packet's (else DROP_STALE) and this node's own
+ * round in the cell is complete, count == fanin (else DROP_UNEXPECTED_RESULT): before that
+ * this node has sent no partial up, so the result cannot include it, and a late child's
+ * contribution would be added to the stored result and sent up and in retransmission replies.
+ * Together these keep every aggregate exact whatever frames arrive: a partial sent up or a
+ * result emitted by a root combines exactly one contribution from each of its fanin children
+ * (child indexes 0..fanin-1, as the controller installs them), all with its seq
+ * (tests/test_pipeline_adversarial.py).
  */
 #ifndef INA_AGGREGATION_P4
 #define INA_AGGREGATION_P4
@@ -139,7 +154,7 @@ control Aggregation(inout headers_t hdr,
     }
 
     apply {
-        /* 1. Validate the header, then the job. */
+        /* Validate the header, then the job. */
         if (hdr.ina.version != INA_VERSION) {
             meta.drop_reason = DROP_BAD_VERSION;
         } else if (hdr.ina.opcode > OP_MAX) {
@@ -167,12 +182,18 @@ control Aggregation(inout headers_t hdr,
             reg_contrib.read(meta.contrib, meta.cell);
 
             if ((hdr.ina.flags & FLAG_RESULT) != 0) {
-                /* 5. A result coming down from the parent. */
+                /* A result coming down from the parent. */
                 reg_seq.read(meta.stored_seq, meta.cell);
+                reg_count.read(meta.count, meta.cell);
                 if (meta.is_root == 1 || standard_metadata.ingress_port != meta.parent_port) {
                     meta.drop_reason = DROP_UNEXPECTED_RESULT;
                 } else if (meta.owner != meta.owner_key || hdr.ina.seq != meta.stored_seq) {
                     meta.drop_reason = DROP_STALE;
+                } else if (meta.count != meta.fanin) {
+                    /* This node's round is not complete: it sent no partial up, so the
+                     * parent's result cannot include it. Storing it would let a late
+                     * child's contribution be added to the result. */
+                    meta.drop_reason = DROP_UNEXPECTED_RESULT;
                 } else {
                     INA_FOR_EACH_LANE(INA_LANE_STORE)
                     meta.cell_state = STATE_READY;
@@ -188,7 +209,7 @@ control Aggregation(inout headers_t hdr,
                 meta.drop_reason = DROP_NOT_MEMBER;
             } else {
                 if (meta.owner != meta.owner_key) {
-                    /* A new owner (job, installation or run) takes the slot over: lazy reset. */
+                    /* 1. A new owner (job, installation or run) takes the slot over: lazy reset. */
                     reg_owner.write(meta.slot_addr, meta.owner_key);
                     reg_bitmap.write(meta.cell, 0);
                     reg_bitmap.write(meta.other_cell, 0);
@@ -206,12 +227,14 @@ control Aggregation(inout headers_t hdr,
                 reg_bitmap.read(meta.bitmap, meta.cell);
                 reg_count.read(meta.count, meta.cell);
                 reg_seq.read(meta.stored_seq, meta.cell);
+                reg_bitmap.read(meta.other_bitmap, meta.other_cell);
+                reg_count.read(meta.other_count, meta.other_cell);
 
                 if ((meta.bitmap & meta.child_bit) != 0 && hdr.ina.seq != meta.stored_seq) {
-                    /* Not a retransmission of this use: a copy older than it. */
+                    /* 2. Not a retransmission of this use: a copy older than it. */
                     meta.drop_reason = DROP_STALE;
                 } else if ((meta.bitmap & meta.child_bit) != 0) {
-                    /* 2. A retransmission from a child already counted in this use. */
+                    /* 3. A retransmission from a child already counted in this use. */
                     if ((meta.cell_state & STATE_READY) != 0) {
                         INA_FOR_EACH_LANE(INA_LANE_LOAD)
                         hdr.ina.flags = FLAG_RESULT;
@@ -235,15 +258,20 @@ control Aggregation(inout headers_t hdr,
                     }
                 } else if (meta.count != 0 && meta.count != meta.fanin &&
                            hdr.ina.seq != meta.stored_seq) {
-                    /* A copy of an older chunk that outlived its use of this cell. */
+                    /* 4. A copy of an older chunk that outlived its use of this cell. */
                     meta.drop_reason = DROP_STALE;
                 } else if (meta.count == meta.fanin && hdr.ina.seq == meta.stored_seq) {
-                    /* A late copy of the completed use, from a child that has moved on. */
+                    /* 5. A late copy of the completed use, from a child that has moved on. */
                     meta.drop_reason = DROP_STALE;
+                } else if ((meta.other_bitmap & meta.child_bit) != 0 &&
+                           meta.other_count != meta.fanin) {
+                    /* 6. The child jumps ahead: its round in the other set is not complete,
+                     * so it cannot hold that round's result. Clearing its bit there would
+                     * count its retransmission twice. */
+                    meta.drop_reason = DROP_AHEAD;
                 } else {
-                    /* 3. A new contribution. */
+                    /* 7. A new contribution. */
                     reg_bitmap.write(meta.cell, meta.bitmap | meta.child_bit);
-                    reg_bitmap.read(meta.other_bitmap, meta.other_cell);
                     reg_bitmap.write(meta.other_cell, meta.other_bitmap & ~meta.child_bit);
                     ina_events.count(EV_CONTRIBUTION);
 
@@ -273,7 +301,7 @@ control Aggregation(inout headers_t hdr,
                         meta.cell_state = meta.cell_state | STATE_OVERFLOW;
                     }
 
-                    /* 4. Completion. */
+                    /* Completion. */
                     if (meta.count == meta.fanin) {
                         hdr.ina.contrib = meta.contrib;
                         hdr.ina.flags = 0;

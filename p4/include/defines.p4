@@ -51,7 +51,8 @@ const bit<8> DROP_NO_ROUTE          = 12;
 const bit<8> DROP_TTL_EXPIRED       = 13;
 const bit<8> DROP_NOT_IPV4          = 14;
 const bit<8> DROP_BAD_IPV4          = 15;
-#define INA_DROP_REASONS 16
+const bit<8> DROP_AHEAD             = 16; /* a child moved on before its round completed */
+#define INA_DROP_REASONS 17
 
 /* Aggregation events: index into the ina_events counter. */
 const bit<32> EV_CONTRIBUTION   = 0;  /* a new contribution was combined into a slot */

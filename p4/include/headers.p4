@@ -84,6 +84,7 @@ struct metadata_t {
     bit<32> bitmap;
     bit<32> other_bitmap;
     bit<8>  count;
+    bit<8>  other_count;
     bit<16> contrib;
     bit<8>  cell_state;
     bit<32> stored_seq;

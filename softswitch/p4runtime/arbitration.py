@@ -4,11 +4,18 @@
 tells every controller whether it is primary; the server asks it `check_primary` before a
 Write or SetForwardingPipelineConfig. Its state is guarded by the server's lock.
 
-Limits (docs/p4runtime.md, "Limits"): a stream must arbitrate within `arbitration_timeout`
-seconds or it is ended with DEADLINE_EXCEEDED (its slot among `max_streams` is freed); each
-stream queues at most `queue_size` replies the client has not read yet, and a stream whose
-queue is full is ended with RESOURCE_EXHAUSTED and its controller forgotten (a primary loses
-the role) rather than growing the server's memory.
+Limits (docs/p4runtime.md, "Limits"): `max_streams` streams that have arbitrated hold a slot
+each, and as many again may be open without having arbitrated yet. A stream must arbitrate
+within `arbitration_timeout` seconds or it is ended with DEADLINE_EXCEEDED; when every opening
+place is taken, a new stream takes the place of the oldest one that has waited more than
+`ARBITRATION_GRACE` seconds. When every slot is taken, a controller that arbitrates with an
+election id takes the slot of the longest-idle observer (a stream without election id), or else
+of the backup with the lowest election id below its own; that stream is ended with
+RESOURCE_EXHAUSTED. So neither silent streams nor observers can lock a controller out; only
+controllers that outrank a newcomer keep it out, and the newcomer is told so. Each stream
+queues at most `queue_size` replies the client has not read yet, and a stream whose queue is
+full is ended with RESOURCE_EXHAUSTED and its controller forgotten (a primary loses the role)
+rather than growing the server's memory.
 """
 
 from __future__ import annotations
@@ -28,11 +35,15 @@ from finsy.proto.p4.v1 import p4runtime_pb2
 from inaemu.p4.info import P4RuntimeFailure, bounded, invalid
 from inaemu.softswitch.p4runtime.values import ERROR_SPACE, Malformed, to_u128, u128
 
-__all__ = ["Arbiter", "Arbitration", "check_device"]
+__all__ = ["ARBITRATION_GRACE", "Arbiter", "Arbitration", "check_device"]
 
 LOG = logging.getLogger(__name__)
 
 Arbitration = Literal["promote", "strict"]
+
+# seconds an opening stream keeps its place without a MasterArbitrationUpdate when every
+# opening place is taken (a client arbitrates as soon as its stream is open)
+ARBITRATION_GRACE = 1.0
 
 
 def check_device(device_id: int, this_device: int) -> None:
@@ -50,6 +61,8 @@ class _Client:
 
     number: int
     context: Any = None  # the RPC's grpc.ServicerContext
+    opened: float = field(default_factory=time.monotonic)
+    heard: float = field(default_factory=time.monotonic)  # when it last sent a message
     outbox: queue.Queue[object] = field(default_factory=queue.Queue)
     arbitrated: bool = False
     closed: bool = False
@@ -58,6 +71,9 @@ class _Client:
 
     def label(self) -> str:
         return f"stream #{self.number} (election id {self.election_id})"
+
+    def kind(self) -> str:
+        return "observer" if self.election_id is None else f"election id {self.election_id}"
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,8 @@ def end_rpc(context: Any, code: Any, message: str) -> None:
 class Arbiter:
     """The StreamChannels of device `device_id` and its primary controller.
 
-    `arbitration` and `max_streams` are as in `P4RuntimeServer`; `lock` is the server's lock,
+    `arbitration` and `max_streams` are as in `P4RuntimeServer` (`max_streams` arbitrated
+    streams, and as many opening ones); `lock` is the server's lock,
     so that a request's primary check and an arbitration update never interleave.
     `arbitration_timeout` (seconds, None: no deadline) is how long a stream may stay open
     without a MasterArbitrationUpdate; `queue_size` is how many replies a stream may have
@@ -154,13 +171,76 @@ class Arbiter:
 
     # ------------------------------------------------------------------ streams and replies
 
-    def _open_stream(self, context: Any) -> _Client | None:
+    def _open_stream(self, context: Any) -> _Client | str:
+        """A new stream, or why there is no place for it."""
         with self._lock:
-            if len(self._streams) >= self.max_streams:
-                return None
+            opening = [c for c in self._streams if not c.arbitrated and not c.closed]
+            if len(opening) >= self.max_streams:
+                now = time.monotonic()
+                stale = [c for c in opening if now - c.opened >= ARBITRATION_GRACE]
+                if not stale:
+                    return (
+                        f"{len(opening)} StreamChannels are opening and none has waited "
+                        f"{ARBITRATION_GRACE:g} s for its MasterArbitrationUpdate: retry"
+                    )
+                self._evict(
+                    min(stale, key=lambda c: c.opened),
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no MasterArbitrationUpdate within {ARBITRATION_GRACE:g} s of opening the "
+                    f"StreamChannel while {len(opening)} others were opening: send one first",
+                )
             client = _Client(next(self._numbers), context)
             self._streams.add(client)
             return client
+
+    def _evict(self, client: _Client, code: Any, message: str) -> None:
+        """End `client`'s stream with `code` to free its place (call with the lock held)."""
+        LOG.info("%s ended: %s", client.label(), message)
+        client.outbox.put(_Terminate(code, message))  # before the _EOF _drop_client puts
+        self._streams.discard(client)
+        self._drop_client(client)
+        end_rpc(client.context, code, message)  # in case it is blocked sending a reply
+
+    def _make_room(self, newcomer: _Client, eid: int | None) -> None:
+        """A slot for `newcomer`, arbitrating for the first time with election id `eid`: when
+        all are taken, a controller takes the longest-idle observer's slot, or else that of
+        the backup with the lowest election id below its own. RESOURCE_EXHAUSTED if none."""
+        held = [c for c in self._clients if c is not newcomer]
+        if len(held) < self.max_streams:
+            return
+        observers = [c for c in held if c.election_id is None]
+        victim: _Client | None = None
+        if eid is not None and observers:
+            victim, what = min(observers, key=lambda c: c.heard), "the longest-idle observer"
+        elif eid is not None:
+            outranked = [c for c in held if c is not self._primary and (c.election_id or 0) < eid]
+            if outranked:
+                victim = min(outranked, key=lambda c: c.election_id or 0)
+                what = "the backup controller with the lowest election id"
+        if victim is not None:
+            self._evict(
+                victim,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"StreamChannel closed: all {self.max_streams} slots were taken and a "
+                f"controller with election id {eid} arrived; this stream was {what}",
+            )
+            return
+        controllers = sorted(c.election_id for c in held if c.election_id is not None)
+        if eid is None:
+            raise P4RuntimeFailure(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"all {self.max_streams} StreamChannel slots are taken ({len(observers)} "
+                f"observers, {len(controllers)} controllers): an observer (no election id) "
+                "gets none; close an unused stream, or arbitrate with an election id (a "
+                "controller takes the slot of the longest-idle observer)",
+            )
+        primary = self._primary.election_id if self._primary is not None else None
+        raise P4RuntimeFailure(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"all {self.max_streams} StreamChannel slots are taken by controllers with "
+            f"election ids {controllers[0]}..{controllers[-1]} (primary: {primary}), none "
+            f"of them a backup below {eid}: close an unused controller's stream",
+        )
 
     def _close_stream(self, client: _Client) -> None:
         with self._lock:
@@ -251,6 +331,7 @@ class Arbiter:
                     "for this device and role"
                 )
             if not client.arbitrated:
+                self._make_room(client, eid)
                 client.arbitrated, client.device_id = True, update.device_id
                 self._clients.append(client)
             client.election_id = eid
@@ -316,6 +397,7 @@ class Arbiter:
     # ------------------------------------------------------------------ stream messages
 
     def _stream_message(self, client: _Client, request: p4runtime_pb2.StreamMessageRequest) -> None:
+        client.heard = time.monotonic()
         kind = request.WhichOneof("update")
         if kind == "arbitration":
             self._arbitrate(client, request.arbitration)
@@ -391,9 +473,9 @@ class Arbiter:
         stream then ends with INVALID_ARGUMENT).
         """
         client = self._open_stream(context)
-        if client is None:
+        if isinstance(client, str):
             context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
-            context.set_details(f"too many StreamChannels (at most {self.max_streams})")
+            context.set_details(client)
             return
         if not context.add_callback(lambda: client.outbox.put(_EOF)):
             client.outbox.put(_EOF)  # the RPC has already ended

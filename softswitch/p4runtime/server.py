@@ -14,7 +14,8 @@ or from a shell: `python -m inaemu.softswitch.p4runtime.server --address 127.0.0
 Concurrency: gRPC handlers run on a thread pool. Arbitration and configuration state is guarded
 by the server's own lock; every read or change of data-plane state happens under
 `pipeline.lock` (lock order: server lock, then pipeline lock), so a Write batch is atomic with
-respect to packets going through `pipeline.process()`.
+respect to packets going through `pipeline.process()`. A Read holds neither lock while it
+streams: it copies the state in short holds of `pipeline.lock` (read.py).
 
 This module is the server (lifecycle, request checks, pipeline config, the gRPC servicer, the
 command line); the work is done beside it: values.py (bytestrings, election ids),
@@ -25,13 +26,13 @@ the `P4RuntimeFailure` a refused request raises come from `inaemu.p4.info`.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import logging
 import socket
+import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from types import TracebackType
@@ -43,6 +44,7 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from google.protobuf import any_pb2
 
+from inaemu.hostlib import args as arg
 from inaemu.p4.info import (
     P4Info,
     P4RuntimeFailure,
@@ -52,7 +54,7 @@ from inaemu.p4.info import (
     p4info_diff,
 )
 from inaemu.softswitch.p4runtime.arbitration import Arbiter, Arbitration, check_device
-from inaemu.softswitch.p4runtime.read import read_entities
+from inaemu.softswitch.p4runtime.read import READ_RESPONSE_BUDGET, ReadLimits, ReadPlan, plan_read
 from inaemu.softswitch.p4runtime.values import ERROR_SPACE, Malformed, lenient
 from inaemu.softswitch.p4runtime.values import decode_bytes as decode_bytes  # re-exported
 from inaemu.softswitch.p4runtime.values import encode_bytes as encode_bytes  # re-exported
@@ -65,6 +67,7 @@ __all__ = [
     "MAX_METADATA_SIZE",
     "READ_RESPONSE_BUDGET",
     "P4RuntimeServer",
+    "ReadLimits",
     "main",
 ]
 
@@ -76,7 +79,6 @@ NO_PIPELINE = "No forwarding pipeline config set for this device"  # bmv2's word
 # Limits (docs/p4runtime.md, "Limits").
 MAX_MESSAGE_SIZE = 64 << 20  # bytes per gRPC message, both ways: bmv2's JSON of ina.p4 is 6.4 MB
 MAX_METADATA_SIZE = 16 << 10  # bytes of request metadata (headers); more is RESOURCE_EXHAUSTED
-READ_RESPONSE_BUDGET = 1 << 20  # bytes per ReadResponse: far below any client's 4 MiB default
 STOP_TIMEOUT = 5.0  # seconds stop() waits past the grace for gRPC to wind down
 
 SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest.Action
@@ -107,13 +109,15 @@ class P4RuntimeServer:
     "strict" follows the P4Runtime spec to the letter: there is no primary until a controller
     sends an election id at least as high as any seen before, and backups are told NOT_FOUND.
 
-    Limits on clients (docs/p4runtime.md, "Limits"): at most `max_streams` StreamChannels; a
-    stream that sends no MasterArbitrationUpdate within `arbitration_timeout` seconds (None:
-    wait forever) is ended with DEADLINE_EXCEEDED; a stream with `stream_queue` replies its
-    client has not read is ended with RESOURCE_EXHAUSTED. gRPC keepalive: every
-    `keepalive_time` seconds (None: never) the server pings each connection, and closes one
-    whose peer has not answered within `keepalive_timeout` seconds, which ends its streams, so
-    a frozen primary loses its role and a backup takes over.
+    Limits on clients (docs/p4runtime.md, "Limits"): `max_streams` StreamChannel slots for
+    streams that have arbitrated, and as many for streams still opening (who gets a slot when
+    all are taken: arbitration.py); a stream that sends no MasterArbitrationUpdate within
+    `arbitration_timeout` seconds (None: wait forever) is ended with DEADLINE_EXCEEDED; a
+    stream with `stream_queue` replies its client has not read is ended with
+    RESOURCE_EXHAUSTED. A Read is bounded by `read_limits` (entities, bytes, time; read.py).
+    gRPC keepalive: every `keepalive_time` seconds (None: never) the server pings each
+    connection, and closes one whose peer has not answered within `keepalive_timeout` seconds,
+    which ends its streams, so a frozen primary loses its role and a backup takes over.
     """
 
     def __init__(
@@ -129,6 +133,7 @@ class P4RuntimeServer:
         stream_queue: int = 256,
         keepalive_time: float | None = 10.0,
         keepalive_timeout: float = 10.0,
+        read_limits: ReadLimits | None = None,
     ) -> None:
         if arbitration not in ("promote", "strict"):
             raise ValueError(f"arbitration must be 'promote' or 'strict', not {arbitration!r}")
@@ -141,6 +146,8 @@ class P4RuntimeServer:
         self.max_streams = max_streams
         self.keepalive_time = keepalive_time
         self.keepalive_timeout = keepalive_timeout
+        self.read_limits = read_limits or ReadLimits()
+        self._read_builders = threading.BoundedSemaphore(self.read_limits.builders)
         self._committed = load_p4info().message
         self._forwarding = ForwardingState(pipeline, P4Info(self._committed))
         self._lock = threading.RLock()
@@ -207,7 +214,9 @@ class P4RuntimeServer:
         if self._server is not None:
             raise RuntimeError("the P4Runtime server is already started")
         executor = futures.ThreadPoolExecutor(
-            max_workers=self.max_streams + 8, thread_name_prefix="p4runtime"
+            # a thread per stream (max_streams arbitrated, as many opening) and 8 for the rest
+            max_workers=2 * self.max_streams + 8,
+            thread_name_prefix="p4runtime",
         )
         server = grpc.server(executor, options=self.grpc_options())
         server.add_generic_rpc_handlers((_handlers(_Servicer(self)),))
@@ -385,15 +394,17 @@ class P4RuntimeServer:
             self._require_config()
             return write_updates(self._forwarding, request)
 
-    def read(
-        self, request: p4runtime_pb2.ReadRequest
-    ) -> tuple[list[p4runtime_pb2.Entity], list[P4RuntimeFailure | None]]:
-        """Entities found, and one result per requested entity (None: fine)."""
+    def read(self, request: p4runtime_pb2.ReadRequest) -> ReadPlan:
+        """The Read, checked and counted (read.py); its `responses()` stream the entities.
+
+        Refused as a whole (P4RuntimeFailure) for a request-wide problem or past the entity
+        limit. Neither the server's lock nor the pipeline's is held while it streams.
+        """
         with self._lock:
             self._check_device(request.device_id)
             self._check_role(request.role)
             self._require_config()
-            return read_entities(self._forwarding, request.entities)
+        return plan_read(self._forwarding, request.entities, self.read_limits, self._read_builders)
 
 
 # ---------------------------------------------------------------------- gRPC glue
@@ -437,24 +448,6 @@ def _batch_status(
         detail.Pack(error)
         status.details.append(detail)
     return grpc.StatusCode.UNKNOWN, message, status
-
-
-def _read_responses(
-    entities: Iterable[p4runtime_pb2.Entity], budget: int = READ_RESPONSE_BUDGET
-) -> Iterator[p4runtime_pb2.ReadResponse]:
-    """`entities` in ReadResponses of at most `budget` bytes each (an entity larger than the
-    budget goes alone)."""
-    chunk: list[p4runtime_pb2.Entity] = []
-    size = 0
-    for entity in entities:
-        need = entity.ByteSize() + 6  # the field's tag and length prefix: at most 6 bytes
-        if chunk and size + need > budget:
-            yield p4runtime_pb2.ReadResponse(entities=chunk)
-            chunk, size = [], 0
-        chunk.append(entity)
-        size += need
-    if chunk:
-        yield p4runtime_pb2.ReadResponse(entities=chunk)
 
 
 def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
@@ -538,12 +531,12 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     ) -> Iterator[p4runtime_pb2.ReadResponse]:
         self._parsed(request, context)
         try:
-            found, results = self.server.read(request)
+            plan = self.server.read(request)
+            yield from plan.responses()
         except P4RuntimeFailure as failure:
             self._fail(context, failure)
-        yield from _read_responses(found)
-        if any(r is not None for r in results):
-            self._fail_batch(context, results, "Read")
+        if plan.failed:
+            self._fail_batch(context, plan.results, "Read")
 
     def SetForwardingPipelineConfig(
         self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: Any
@@ -579,12 +572,18 @@ class _Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 # ---------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description="Serve P4Runtime for one softswitch pipeline running p4/ina.p4"
+def main(argv: list[str] | None = None) -> int:
+    parser = arg.ArgumentParser(
+        prog="python -m inaemu.softswitch.p4runtime.server",
+        description="Serve P4Runtime for one softswitch pipeline running p4/ina.p4",
     )
-    parser.add_argument("--address", default="127.0.0.1:9559", help="host:port to listen on")
-    parser.add_argument("--device-id", type=int, default=1)
+    parser.add_argument(
+        "--address",
+        type=arg.listen_address,
+        default="127.0.0.1:9559",
+        help="host:port to listen on (port 0: any free)",
+    )
+    parser.add_argument("--device-id", type=arg.DEVICE_ID, default=1)
     parser.add_argument(
         "--preconfigured",
         action="store_true",
@@ -601,11 +600,19 @@ def main(argv: list[str] | None = None) -> None:
         preconfigured=args.preconfigured,
         arbitration=args.arbitration,
     )
-    with server:
+    try:
+        server.start()
+    except OSError as exc:  # the address is taken or cannot be bound: one line, what to change
+        print(f"{parser.prog}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
         print(f"P4Runtime server on {server.address}, device_id {args.device_id}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             server.wait_for_termination()
+    finally:
+        server.stop(None)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

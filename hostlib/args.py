@@ -1,0 +1,206 @@
+"""Command-line argument types every inaemu program shares, and a parser that refuses in one
+line.
+
+Each type states one range once, next to the fact it comes from: a TCP port is 0..65535, a
+switch port 0..510 (511 is the drop port), a device id a uint64, a job id and a run id 16
+bits, a window 1..32767 slots, seconds finite and positive, a probability in [0, 1], an
+array at most `MAX_ELEMENTS` elements. A refusal names the option, what to give and what was
+given:
+
+    inaemu demo: argument --grpc-port: expected a TCP port in 0..65535 (0: any free), got '70000'
+
+`ArgumentParser` prints that one line on stderr (not argparse's usage block) and exits with
+status 2. The numbers are parsed before anything is created, bound or started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import NoReturn
+
+from inaemu.hostlib.loopback import WireError, check_wire_dir_path
+from inaemu.hostlib.wire import MAX_RUN, SLOT_INDEX_MASK
+from inaemu.p4.constants import DROP_PORT
+
+MAX_SECONDS = 86_400.0  # timeouts and delays: at most a day (a longer wait is a typo)
+MAX_ELEMENTS = 1 << 28  # array elements per worker: 1 GiB of float32
+MAX_TREES = 255  # aggregation trees of a job (0: one per root candidate)
+MAX_WORKERS = 0xFFFF  # workers of a job: a result's `contrib` (workers summed) is 16 bits
+MAX_REPEAT = 1_000_000  # allreduces of one worker process
+_MAX_DIGITS = 40  # longer numbers are refused before int() (which stops at 4300 digits)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with one-line refusals: `<prog>: <message>` on stderr, exit 2.
+    Subparsers (`add_subparsers().add_parser`) are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def refuse(expected: str, text: str) -> NoReturn:
+    raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+
+
+def _int(text: str) -> int | None:
+    t = text.strip()
+    if len(t) > _MAX_DIGITS:
+        return None
+    try:
+        return int(t)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Integer:
+    """An integer in lo..hi, `what` it is ("a TCP port"), `note` after the range."""
+
+    lo: int
+    hi: int
+    what: str = "an integer"
+    note: str = ""
+
+    @property
+    def expected(self) -> str:
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.what} in {self.lo}..{self.hi}{note}"
+
+    def __call__(self, text: str) -> int:
+        value = _int(text)
+        if value is None or not self.lo <= value <= self.hi:
+            refuse(self.expected, text)
+        return value
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite number between lo and hi, each end included unless open (`(0, 1]`)."""
+
+    lo: float
+    hi: float
+    what: str = "a number"
+    lo_open: bool = False
+    hi_open: bool = False
+    note: str = ""
+
+    @property
+    def expected(self) -> str:
+        left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.what} in {left}{self.lo:g}, {self.hi:g}{right}{note}"
+
+    def __call__(self, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            refuse(self.expected, text)
+        if not math.isfinite(value):
+            refuse(self.expected, text)
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        if not (above and below):
+            refuse(self.expected, text)
+        return value
+
+
+TCP_PORT = Integer(0, 65535, "a TCP port", "0: any free")
+SWITCH_PORT = Integer(0, DROP_PORT - 1, "a switch port", f"{DROP_PORT} is the drop port")
+DEVICE_ID = Integer(0, 2**64 - 1, "a P4Runtime device id")
+JOB_ID = Integer(0, 0xFFFF, "a job id")
+RUN_ID = Integer(0, MAX_RUN, "a run id")
+WINDOW = Integer(1, SLOT_INDEX_MASK, "a number of slots")
+TREES = Integer(0, MAX_TREES, "a number of trees", "0: one per root candidate")
+SEED = Integer(0, 2**64 - 1, "a seed")
+ELEMENTS = Integer(1, MAX_ELEMENTS, "a number of elements")
+ARRAY = Integer(0, MAX_ELEMENTS, "a number of elements")  # a worker's array: may be empty
+REPEAT = Integer(1, MAX_REPEAT, "a number of allreduces")
+WORKERS = Integer(1, MAX_WORKERS, "a number of workers")
+RANK = Integer(0, MAX_WORKERS - 1, "a rank")
+SECONDS = Real(0.0, MAX_SECONDS, "seconds", lo_open=True)
+PROBABILITY = Real(0.0, 1.0, "a probability")
+DENSITY = Real(0.0, 1.0, "a fraction of non-zero elements", lo_open=True)
+
+
+def positive(what: str, hi: int) -> Integer:
+    """A count 1..hi of `what` ("workers")."""
+    return Integer(1, hi, f"a number of {what}")
+
+
+def port_list(text: str) -> list[int]:
+    """Switch ports as a list: '1-4,7' -> [1, 2, 3, 4, 7]; each port once, every range
+    ascending, every port a `SWITCH_PORT` (checked before a range is expanded)."""
+    ports: list[int] = []
+    for part in text.split(","):
+        lo_text, dash, hi_text = part.strip().partition("-")
+        lo, hi = _int(lo_text), _int(hi_text) if dash else _int(lo_text)
+        if lo is None or hi is None:
+            refuse("switch ports such as 1-4,7", text)
+        for p in (lo, hi):
+            if not SWITCH_PORT.lo <= p <= SWITCH_PORT.hi:
+                raise argparse.ArgumentTypeError(f"port {p} is not {SWITCH_PORT.expected}")
+        if hi < lo:
+            raise argparse.ArgumentTypeError(f"the range {part.strip()} is empty: write {hi}-{lo}")
+        for p in range(lo, hi + 1):  # at most 511 ports before one is named twice
+            if p in ports:
+                raise argparse.ArgumentTypeError(f"port {p} is named twice in {text!r}")
+            ports.append(p)
+    return ports
+
+
+def listen_address(text: str) -> str:
+    """A gRPC address to listen on: "host:port" with a `TCP_PORT` (0: any free), or a
+    "unix:PATH" socket."""
+    if text.startswith("unix:") and len(text) > len("unix:"):
+        return text
+    host, colon, port = text.rpartition(":")
+    value = _int(port) if colon and host else None
+    if value is None or not 0 <= value <= 65535 or not port.strip().isdigit():
+        refuse('an address "host:port" with a port in 0..65535 (0: any free), or unix:PATH', text)
+    return text
+
+
+def wire_dir(text: str) -> str:
+    """A directory for loopback wires whose path leaves room for the wire ends' socket paths
+    (checked without creating anything)."""
+    try:
+        check_wire_dir_path(text)
+    except WireError as exc:
+        raise argparse.ArgumentTypeError(exc.strerror or str(exc)) from None
+    return text
+
+
+def names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names, none empty: 'h1,h2' -> ('h1', 'h2')."""
+    items = tuple(n.strip() for n in text.split(","))
+    if not all(items):
+        refuse("names separated by commas, none empty, e.g. h1,h2", text)
+    return items
+
+
+def wall_clock(text: str) -> float:
+    """A time on the wall clock (Unix seconds), at most `MAX_SECONDS` from now."""
+    expected = "a wall-clock time in Unix seconds, at most a day from now"
+    try:
+        value = float(text)
+    except ValueError:
+        refuse(expected, text)
+    if not (math.isfinite(value) and 0 <= value <= time.time() + MAX_SECONDS):
+        refuse(expected, text)
+    return value
+
+
+def file_descriptor(text: str) -> int:
+    """An open file descriptor of this process."""
+    fd = Integer(0, 2**31 - 1, "an open file descriptor")(text)
+    try:
+        os.fstat(fd)
+    except OSError:
+        refuse("an open file descriptor of this process", text)
+    return fd
