@@ -123,6 +123,7 @@ class Constants(NamedTuple):
     ttl_expired: int
     not_ipv4: int
     bad_ipv4: int
+    ahead: int
     contribution: int
     first: int
     complete_root: int
@@ -186,6 +187,7 @@ def constants() -> Constants:
         ttl_expired=int(DropReason.TTL_EXPIRED),
         not_ipv4=int(DropReason.NOT_IPV4),
         bad_ipv4=int(DropReason.BAD_IPV4),
+        ahead=int(DropReason.AHEAD),
         contribution=int(Event.CONTRIBUTION),
         first=int(Event.FIRST),
         complete_root=int(Event.COMPLETE_ROOT),
@@ -438,7 +440,7 @@ def _aggregate(
     slot = _u16(buf, ina + 6)
     contrib = _u16(buf, ina + 8)
     seq = _u32(buf, ina + 10)
-    # 1. Validate the header, then the job.
+    # Validate the header, then the job.
     if version != c.ina_version:
         return c.bad_version, 0, 0, False
     if opcode > c.op_max:
@@ -471,11 +473,14 @@ def _aggregate(
     ne = c.events_n
 
     if flags & c.flag_result:
-        # 5. A result coming down from the parent.
+        # A result coming down from the parent.
         if is_root == 1 or ingress_port != parent_port:
             return c.unexpected_result, 0, 0, False
         if owner[slot_addr] != owner_key or seq != cells[cell, R_SEQ]:
             return c.stale, 0, 0, False
+        if cells[cell, R_COUNT] != fanin:
+            # This node's round is not complete: the parent's result cannot include it.
+            return c.unexpected_result, 0, 0, False
         for j in range(c.k):
             lanes[cell, j] = _lane(buf, lanes_at + 4 * j)
         state = c.state_ready | (c.state_overflow if flags & c.flag_overflow else 0)
@@ -492,7 +497,7 @@ def _aggregate(
     child_index = i64(params[child, 0])
     other = cell ^ 1
     if owner[slot_addr] != owner_key:
-        # A new owner (job, installation or run) takes the slot over: lazy reset.
+        # 1. A new owner (job, installation or run) takes the slot over: lazy reset.
         owner[slot_addr] = owner_key
         for f in (R_BITMAP, R_COUNT, R_STATE, R_SEQ):
             cells[cell, f] = 0
@@ -504,11 +509,13 @@ def _aggregate(
     bitmap = i64(cells[cell, R_BITMAP])
     count = i64(cells[cell, R_COUNT])
     stored_seq = i64(cells[cell, R_SEQ])
+    other_bitmap = i64(cells[other, R_BITMAP])
+    other_count = i64(cells[other, R_COUNT])
 
     if bitmap & child_bit and seq != stored_seq:
-        return c.stale, 0, 0, False  # not a retransmission: older than this use
+        return c.stale, 0, 0, False  # 2. not a retransmission: older than this use
     if bitmap & child_bit:
-        # 2. A retransmission from a child already counted in this use.
+        # 3. A retransmission from a child already counted in this use.
         overflow_flag = c.flag_overflow if state & c.state_overflow else 0
         if state & c.state_ready:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
@@ -522,13 +529,16 @@ def _aggregate(
             return 0, parent_port, 0, False
         return c.duplicate, 0, 0, False
     if count != 0 and count != fanin and seq != stored_seq:
-        return c.stale, 0, 0, False  # an older chunk's copy
+        return c.stale, 0, 0, False  # 4. an older chunk's copy
     if count == fanin and seq == stored_seq:
-        return c.stale, 0, 0, False  # a late copy of the completed use
+        return c.stale, 0, 0, False  # 5. a late copy of the completed use
+    if other_bitmap & child_bit and other_count != fanin:
+        # 6. The child jumps ahead: its round in the other set is not complete.
+        return c.ahead, 0, 0, False
 
-    # 3. A new contribution.
+    # 7. A new contribution.
     cells[cell, R_BITMAP] = bitmap | child_bit
-    cells[other, R_BITMAP] = i64(cells[other, R_BITMAP]) & ~child_bit & 0xFFFFFFFF
+    cells[other, R_BITMAP] = other_bitmap & ~child_bit & 0xFFFFFFFF
     _count(ctr, ev, ne, c.contribution, length)
     overflow = False
     row = lanes[cell]
@@ -567,7 +577,7 @@ def _aggregate(
     if flags & c.flag_overflow:
         state |= c.state_overflow
 
-    # 4. Completion.
+    # Completion.
     egress_spec = 0
     mcast_grp = 0
     consumed = False
