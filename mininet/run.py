@@ -81,6 +81,7 @@ from inaemu.mininet.scenario import (
     link_delta,
     link_shaping,
 )
+from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 PROGRESS_EVERY = 10.0  # seconds between progress lines while the workers run (--progress)
@@ -261,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-results",
         action="store_true",
         help="keep the workers' result arrays (build/results/*.npy) after a verified run",
+    )
+    ap.add_argument(
+        "--dataplane",
+        default=DEFAULT_DATAPLANE,
+        choices=DATAPLANES,
+        help="the softswitch's data plane: fast (compiled, the default) or reference (Python)",
     )
     ap.add_argument(
         "--bmv2-log-level",
@@ -722,6 +729,7 @@ def run_scenario(args: argparse.Namespace) -> int:
         node_ports=args.node_ports,
         pcap=args.pcap,
         bmv2_log_level=args.bmv2_log_level,
+        dataplane=args.dataplane,
         verbose=args.verbose,
     )
     summary: dict[str, Any] = {

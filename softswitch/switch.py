@@ -18,9 +18,10 @@ ingress port is the batch's port), has the data plane process the whole batch in
 order (`process_batch`, exactly as that many calls of `process` would; a lone frame goes
 through `process`, which spares a batch's set-up), and sends what it emits grouped by egress
 port, each port's frames in order in as few calls as the port can.
-The data plane is the `Pipeline` unless `SoftSwitch(dataplane=...)` names another with the
-same tables (a compiled one, or a stand-in for benchmarks); the control plane (P4Runtime
-server, tests) changes tables concurrently under `pipeline.lock`.
+The data plane is `pipeline` (by default the compiled `FastPipeline`, as `--dataplane fast`;
+pass `Pipeline()` for the Python reference) unless `SoftSwitch(dataplane=...)` names another
+with the same tables (a stand-in for benchmarks); the control plane (P4Runtime server, tests)
+changes tables concurrently under `pipeline.lock`.
 
 `counts` says how many frames the ports moved and in how many system calls, `wakeups` how
 often the thread woke up to do it.
@@ -40,6 +41,7 @@ import numpy as np
 from inaemu.hostlib.batch_io import IoCounts
 from inaemu.hostlib.loopback import READ_BYTES
 from inaemu.softswitch.batch import BATCH_FRAMES, DataPlane, FrameBatch
+from inaemu.softswitch.fast.dataplanes import make_pipeline
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.ports import LoopbackWire, Port, WireDir, host_end, port_end
 
@@ -56,7 +58,7 @@ class SoftSwitch:
         dataplane: DataPlane | None = None,
     ) -> None:
         self.name = name
-        self.pipeline = pipeline or Pipeline()
+        self.pipeline = pipeline or make_pipeline()  # the default data plane (fast)
         self.dataplane: DataPlane = dataplane if dataplane is not None else self.pipeline
         self.ports: dict[int, Port] = {}
         self.frames_in = 0
