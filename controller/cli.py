@@ -3,7 +3,7 @@
     inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
     inaemu demo --topo leaf-spine:2x2x2 --algo all      # INA vs host collectives, one table
     inaemu softswitch --wires 1-4 [--grpc 127.0.0.1:9559]  (python -m inaemu.softswitch)
-    inaemu conformance [--target softswitch|bmv2|all] [--cases DIR] [-k NAME]
+    inaemu conformance [--target softswitch[:fast|:reference]|bmv2|all] [--cases DIR] [-k NAME]
     inaemu mininet --topo star:4|leaf-spine:2x2x2 [--switch softswitch|bmv2] [--algo ina] ...
     inaemu topo star|leaf-spine|fat-tree|bigraph|torus|mesh ... [--program F] -o topology.json
     inaemu topo leaf-spine:2x2x4|bigraph:4x4|fat-tree:4|torus:4x4|mesh:3x3|star:4 -o t.json
@@ -20,6 +20,7 @@
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
     inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
+    inaemu train examples/train_ddp.py [--backend all] [--workers 4] [--topo ...] [--mininet]
 
 Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
 runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
@@ -88,6 +89,7 @@ from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
 from inaemu.hostlib.wire import MAX_RUN
 from inaemu.mininet.compare import REPEATS, parse_sizes
 from inaemu.p4.constants import INA_SLOTS
+from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 
 
 def _state_path(args: argparse.Namespace) -> Path:
@@ -637,6 +639,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             sizes=sizes,
             repeat=args.repeat,
             run_dir=args.run_dir,
+            dataplane=args.dataplane,
         )
     )
 
@@ -737,6 +740,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --algo: where summary.json, completion.png and the switches' logs go "
         "(default: a new folder under the temp dir)",
     )
+    d.add_argument(
+        "--dataplane",
+        choices=DATAPLANES,
+        default=DEFAULT_DATAPLANE,
+        help="the softswitches' data plane: fast (compiled) or reference (Python); "
+        "default %(default)s",
+    )
     d.set_defaults(func=cmd_demo)
 
     s = sub.add_parser(
@@ -761,6 +771,13 @@ def build_parser() -> argparse.ArgumentParser:
         "schedule",
         help="host-collective schedules (ring, hd, hdrm, multitree) on a topology, checked "
         "and measured (see inaemu schedule -h)",
+        add_help=False,
+    ).set_defaults(func=None)
+
+    sub.add_parser(
+        "train",
+        help="run a DDP training script on the emulated network once per backend (INA, the "
+        "ring with INCEPTIONN, gloo) and plot the curves (see inaemu train -h)",
         add_help=False,
     ).set_defaults(func=None)
 
@@ -927,6 +944,10 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.collectives.cli import main as schedule_main
 
         return schedule_main(argv[1:])
+    if argv[:1] == ["train"]:
+        from inaemu.controller.train import main as train_main
+
+        return train_main(argv[1:])
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named after the command, not after `inaemu` as argparse would

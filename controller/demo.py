@@ -63,6 +63,7 @@ from inaemu.controller.topology import (
 from inaemu.controller.trees import parents
 from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
+from inaemu.softswitch.fast.dataplanes import warm_up
 
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
 WORKER_START_TIMEOUT = 60.0  # seconds for every worker process to attach to its switch
@@ -226,6 +227,7 @@ def _await_ready(proc: subprocess.Popen[str], log: IO[str], deadline: float) -> 
 
 def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
     """The softswitch process, its P4Runtime address and its wire dir (from its READY line)."""
+    warm_up(opts.dataplane)  # compiled here once if need be; the switch loads it from the cache
     argv = [
         sys.executable,
         "-m",
@@ -237,6 +239,8 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
         *(["--wire-dir", opts.wire_dir] if opts.wire_dir else []),
         "--seed",
         str(opts.seed),
+        "--dataplane",
+        opts.dataplane,
     ]
     with tempfile.TemporaryFile("w+") as log:
         proc = _launch(argv, log)
@@ -263,6 +267,9 @@ def start_switches(
         home, port = topo.host_attachment(host)
         host_ports[home].append(port)
     adj = topo.adjacency()
+    # The fast data plane compiled here once if numba's cache lacks it: the switches then load
+    # it, rather than all compiling at once (on a fresh checkout, longer than the timeout).
+    warm_up(opts.dataplane)
     procs: dict[str, subprocess.Popen[str]] = {}
     addresses: dict[str, str] = {}
     with ExitStack() as files:
@@ -276,6 +283,7 @@ def start_switches(
                     *("--name", name, "--device-id", str(sw.device_id)),
                     *("--grpc", "127.0.0.1:0", "--wire-dir", wire_dir),
                     *("--seed", str(opts.seed + sw.device_id)),
+                    *("--dataplane", opts.dataplane),
                 ]
                 if host_ports[name]:
                     argv += ["--wires", ",".join(map(str, sorted(host_ports[name])))]

@@ -50,6 +50,7 @@ class DemoOptions:
     sizes: tuple[int, ...] = ()  # the comparison: several sizes (elements); () = (size,)
     repeat: int = 1  # the comparison: runs of each algorithm at each size
     run_dir: str | None = None  # the comparison: summary.json, completion.png, logs/
+    dataplane: str = "fast"  # the softswitches' --dataplane: fast (compiled) or reference
 
 
 @dataclass(frozen=True)

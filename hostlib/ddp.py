@@ -17,22 +17,45 @@ is never used concurrently.
 Gradients must live on the CPU.
 
 The state takes any client with `InaClient`'s allreduce interface (`AllreduceClient`): the INA
-client, or `inaemu.hostlib.collective.executor.ScheduleClient` (a host collective, the
-baseline), whose `codec=None` sums plain float32 where `InaClient`'s defaults to fixed point.
+client, `inaemu.hostlib.collective.executor.ScheduleClient` (a host collective, the baseline,
+with its codecs: `InceptionnCodec` for the ring with INCEPTIONN), whose `codec=None` sums
+plain float32 where `InaClient`'s defaults to fixed point, or `GlooClient` (PyTorch's own
+all_reduce over the process group, through the same hook, so that every backend's allreduce
+is timed alike).
+
+Under the launcher (`inaemu train SCRIPT ...`, which starts the switches, installs the job and
+takes a run id for every run) a script needs one call for all of that:
+
+    worker = from_environment()          # process group, client, codec, run id: INAEMU_*
+    model = DDP(net)
+    worker.register(model)               # the hook, whatever the backend
+    ...
+    worker.record(it, loss=..., accuracy=..., step_seconds=..., allreduce_seconds=...)
+    worker.close()
+
+`examples/train_ddp.py` is a whole script.
 """
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations at run time
 # against the real dist.GradBucket and torch.futures.Future[torch.Tensor] objects.
+import json
 import secrets
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.codecs.base import HomomorphicCodec
+from inaemu.hostlib.launch import Launch, LaunchError
 from inaemu.hostlib.wire import MAX_RUN
+
+if TYPE_CHECKING:
+    from inaemu.hostlib.client import InaClient
+    from inaemu.hostlib.collective.executor import ScheduleClient, ScheduleCodec
 
 try:
     import torch
@@ -42,9 +65,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "hostlib.ddp needs PyTorch: pip install torch==2.13.0 (the CPU build)"
     ) from exc
 
+RENDEZVOUS_TIMEOUT = 120.0  # seconds the launched processes have to meet (they start slowly)
+
 
 class AllreduceClient(Protocol):
-    """What the hook needs of a client: `InaClient` and `ScheduleClient` both have it."""
+    """What the hook needs of a client: `InaClient`, `ScheduleClient` and `GlooClient` have it.
+    `codec` is whatever the client takes (`HomomorphicCodec` for `InaClient`, a
+    `ScheduleCodec` for `ScheduleClient`, only None for `GlooClient`)."""
 
     @property
     def n_workers(self) -> int | None: ...
@@ -52,14 +79,14 @@ class AllreduceClient(Protocol):
     def start_run(self, run: int) -> None: ...
 
     def allreduce(
-        self, x: npt.NDArray[np.generic], codec: HomomorphicCodec | None = None
+        self, x: npt.NDArray[np.generic], codec: Any = None
     ) -> npt.NDArray[np.generic]: ...
 
 
 @dataclass
 class InaHookState:
     client: AllreduceClient
-    codec: HomomorphicCodec | None = None  # None: the client's default (InaClient: fixed point)
+    codec: "ScheduleCodec | None" = None  # None: the client's default (InaClient: fixed point)
     run: int | None = None  # None: rank 0 draws a fresh run id for every rank (shared_run_id)
     buckets: int = 0
     elements: int = 0
@@ -69,6 +96,26 @@ class InaHookState:
         if self.run is None:
             self.run = shared_run_id()
         self.client.start_run(self.run)
+
+
+class GlooClient:
+    """PyTorch's all_reduce (SUM) over the default process group, as an `AllreduceClient`:
+    the baseline through the same hook as the others (synchronous, timed alike)."""
+
+    @property
+    def n_workers(self) -> int:
+        return dist.get_world_size()
+
+    def start_run(self, run: int) -> None:
+        """Nothing to do: the process group tells its runs apart itself."""
+
+    def allreduce(self, x: npt.NDArray[np.generic], codec: Any = None) -> npt.NDArray[np.generic]:
+        if codec is not None:
+            raise ValueError(f"gloo sums plain floats; it takes no codec, got {codec!r}")
+        tensor = torch.from_numpy(np.array(x))  # a copy: the caller's array stays as it was
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        out: npt.NDArray[np.generic] = tensor.numpy()
+        return out
 
 
 def shared_run_id() -> int:
@@ -105,3 +152,194 @@ def ina_allreduce_hook(
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(tensor)
     return fut
+
+
+class LaunchedWorker:
+    """One training process as the launcher started it (`from_environment`): the gloo process
+    group is up, `state` holds the backend's client, codec and run id."""
+
+    def __init__(
+        self, launch: Launch, state: InaHookState, close_client: Callable[[], None]
+    ) -> None:
+        self.launch = launch
+        self.state = state
+        self._close_client = close_client
+        self._records = open(launch.records, "a", buffering=1) if launch.records else None  # noqa: SIM115
+        self._closed = False
+
+    @property
+    def rank(self) -> int:
+        return self.launch.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.launch.world_size
+
+    @property
+    def backend(self) -> str:
+        return self.launch.backend
+
+    @property
+    def allreduce_seconds(self) -> float:
+        """Seconds spent in the hook's allreduces so far (every bucket of every iteration)."""
+        return self.state.seconds
+
+    def register(self, model: "torch.nn.parallel.DistributedDataParallel") -> None:
+        """Make `model` (a DDP module) all-reduce its gradients through this backend."""
+        model.register_comm_hook(self.state, ina_allreduce_hook)
+
+    def record(
+        self,
+        iteration: int,
+        *,
+        loss: float,
+        step_seconds: float,
+        allreduce_seconds: float,
+        accuracy: float | None = None,
+    ) -> None:
+        """One iteration's record for the launcher (a JSON line in INAEMU_RECORDS): this rank's
+        training loss, held-out accuracy (if it measured one), the iteration's seconds and the
+        part of them spent in allreduces. The launcher averages the losses over the ranks and
+        plots them against iterations and time."""
+        if self._records is None:
+            return
+        line = {
+            "rank": self.rank,
+            "backend": self.backend,
+            "iteration": iteration,
+            "loss": loss,
+            "accuracy": accuracy,
+            "step_seconds": step_seconds,
+            "allreduce_seconds": allreduce_seconds,
+        }
+        self._records.write(json.dumps(line) + "\n")
+
+    def close(self) -> None:
+        """Detach from the switch or peers, wait for every rank, end the process group. Called
+        while an exception propagates (a `finally:` after a failure), it waits for nobody: the
+        other ranks see the process group go and fail too, instead of waiting for this one."""
+        if self._closed:
+            return
+        self._closed = True
+        failing = sys.exc_info()[0] is not None
+        try:
+            self._close_client()
+        finally:
+            if self._records is not None:
+                self._records.close()
+            if dist.is_initialized():
+                if not failing:
+                    dist.barrier()  # nobody leaves while another still talks to it
+                dist.destroy_process_group()
+
+    def __enter__(self) -> "LaunchedWorker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def from_environment(environ: dict[str, str] | None = None) -> LaunchedWorker:
+    """The training process the launcher (`inaemu train`) started: reads its INAEMU_*
+    variables (`inaemu.hostlib.launch`), joins the gloo process group at the launcher's
+    rendezvous (unless the script did already) and makes the backend's client with the
+    launcher's run id. `LaunchError` if the variables are missing or wrong."""
+    launch = Launch.from_env(environ)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            "gloo",
+            init_method=launch.rendezvous,
+            rank=launch.rank,
+            world_size=launch.world_size,
+            timeout=timedelta(seconds=max(RENDEZVOUS_TIMEOUT, launch.timeout)),
+        )
+    backend = launch.parsed_backend
+    client: AllreduceClient
+    codec: ScheduleCodec | None
+    if backend.kind == "gloo":
+        client, codec, close = GlooClient(), None, lambda: None
+    elif backend.kind == "ina":
+        from inaemu.hostlib.codecs import make_codec
+
+        ina = _ina_client(launch)
+        client, codec, close = ina, make_codec(backend.codec), ina.transport.close
+    else:
+        from inaemu.hostlib.collective.executor import make_schedule_codec
+
+        sc = _schedule_client(launch)
+        client, codec, close = sc, make_schedule_codec(backend.codec), sc.close
+    return LaunchedWorker(launch, InaHookState(client, codec, run=launch.run), close)
+
+
+def _ina_client(launch: Launch) -> "InaClient":
+    from inaemu.hostlib.client import InaClient
+    from inaemu.hostlib.transport import LoopbackWireTransport, Transport, UdpTransport
+    from inaemu.hostlib.wire import Endpoint
+
+    transport: Transport
+    if launch.wire_dir:
+        transport = LoopbackWireTransport(
+            launch.port,
+            launch.wire_dir,
+            switch_name=launch.switch,
+            host=Endpoint(launch.mac, launch.ip),
+            switch=Endpoint(launch.agg_mac, launch.agg_ip),
+        )
+    else:  # a Mininet host: the kernel's UDP, from the MAC that results come back to
+        from inaemu.hostlib.worker import check_mac, facing_interface
+
+        check_mac(facing_interface(launch.agg_ip, launch.ip), launch.mac)
+        transport = UdpTransport(launch.ip, launch.agg_ip)
+    return InaClient(
+        transport,
+        job_id=launch.job,
+        window=launch.window,
+        n_workers=launch.world_size,
+        n_trees=launch.trees,
+        run=launch.run,
+        give_up_after=launch.timeout,
+    )
+
+
+def _schedule_client(launch: Launch) -> "ScheduleClient":
+    from pathlib import Path
+
+    from inaemu.collectives.schedule import Schedule
+    from inaemu.hostlib.collective.executor import ScheduleClient
+    from inaemu.hostlib.collective.peers import PeerChannel, TcpPeers, parse_peers
+    from inaemu.hostlib.collective.wire_peers import on_host_wire
+    from inaemu.hostlib.collective.worker import default_token
+    from inaemu.hostlib.wire import Endpoint
+
+    schedule = Schedule.load(Path(launch.schedule))
+    channel: PeerChannel
+    if launch.wire_dir:  # peers: mac/ip of every rank, frames routed by the switches
+        pairs = [p.partition("/") for p in launch.peers.split(",")]
+        endpoints = [Endpoint(mac, ip) for mac, _, ip in pairs]
+        me = Endpoint(launch.mac, launch.ip)
+        if me not in endpoints:
+            raise LaunchError(f"INAEMU_PEERS does not name this worker ({me.mac}/{me.ip})")
+        channel = on_host_wire(
+            endpoints.index(me),
+            endpoints,
+            launch.wire_dir,
+            launch.switch,
+            launch.port,
+            run=launch.run,
+            mtu=launch.mtu,
+            give_up=launch.timeout,
+        )
+    else:  # peers: ip:port of every rank, TCP through the switches' routes
+        addresses = parse_peers(launch.peers)
+        ips = [ip for ip, _ in addresses]
+        if launch.ip not in ips:
+            raise LaunchError(f"INAEMU_PEERS does not name this worker's address {launch.ip}")
+        token = default_token(Path(launch.schedule), launch.peers, launch.run)
+        channel = TcpPeers(ips.index(launch.ip), addresses, token=token, timeout=launch.timeout)
+    try:
+        return ScheduleClient(
+            schedule, channel.rank, channel, timeout=launch.timeout, run=launch.run
+        )
+    except BaseException:
+        channel.close()
+        raise

@@ -111,6 +111,7 @@ from inaemu.mininet.scenario import (
     link_params,
     link_shaping,
 )
+from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 
 PROBE_SIZE = 256 << 10  # --bw auto: elements per worker of the unshaped runs (at most)
 PROGRESS_EVERY = 10.0  # seconds between progress lines while the workers run (--progress)
@@ -284,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-results",
         action="store_true",
         help="keep the workers' result arrays (build/results/*.npy) after a verified run",
+    )
+    ap.add_argument(
+        "--dataplane",
+        default=DEFAULT_DATAPLANE,
+        choices=DATAPLANES,
+        help="the softswitch's data plane: fast (compiled, the default) or reference (Python)",
     )
     ap.add_argument(
         "--bmv2-log-level",
@@ -867,6 +874,7 @@ def run_scenario(args: argparse.Namespace) -> int:
         node_ports=args.node_ports,
         pcap=args.pcap,
         bmv2_log_level=args.bmv2_log_level,
+        dataplane=args.dataplane,
         verbose=args.verbose,
     )
     summary: dict[str, Any] = {

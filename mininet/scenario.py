@@ -114,6 +114,7 @@ class NetOptions:
     node_ports: str = "all"  # torus and mesh nodes: all ports' bandwidth on the host link, or 1
     pcap: bool = False
     bmv2_log_level: str = "warn"
+    dataplane: str = "fast"  # the softswitch's: fast (compiled) or reference (Python)
     start_timeout: float = 30.0
     verbose: bool = False  # Mininet's own progress messages
 
@@ -385,7 +386,9 @@ class Scenario:
                 name, ip=f"{h.ip}/{h.prefix_len}", mac=h.mac, agg_ip=sw.agg_ip, agg_mac=sw.agg_mac
             )
         extra: dict[str, Any] = (
-            {"log_level": self.options.bmv2_log_level} if self.options.switch == "bmv2" else {}
+            {"log_level": self.options.bmv2_log_level}
+            if self.options.switch == "bmv2"
+            else {"dataplane": self.options.dataplane}
         )
         for i, (name, s) in enumerate(topo.switches.items()):
             net.addSwitch(

@@ -41,8 +41,9 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
             "0.02",
         ),
         ("--workers", "2", "--size", "5000", "--codec", "int32", "--window", "8"),
+        ("--workers", "2", "--size", "20000", "--dataplane", "reference"),
     ],
-    ids=["fixedpoint", "sketch-lossy", "int32"],
+    ids=["fixedpoint", "sketch-lossy", "int32", "reference-dataplane"],
 )
 def test_demo_end_to_end(args: tuple[str, ...]) -> None:
     proc = run("demo", *args)  # its wires: a private dir the softswitch makes

@@ -1,10 +1,11 @@
-"""Helpers shared by the codecs: input validation, result checks, cache-sized chunking."""
+"""Helpers shared by the codecs: input validation, result checks, cache-sized chunking, the
+choice of implementation and the reusable phase buffers."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +18,20 @@ from inaemu.hostlib.codecs.base import Int32Array
 CHUNK_ELEMENTS = 1 << 16
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32))
+
+# "numba": the compiled kernels of _kernels.py (the default); "numpy": the numpy code they
+# replaced, kept as their reference (tests compare the two bit for bit) and as the benchmark's
+# baseline. Both produce the same phases and results.
+Impl = Literal["numba", "numpy"]
+IMPLS: tuple[Impl, ...] = ("numba", "numpy")
+DEFAULT_IMPL: Impl = "numba"
+
+
+def check_impl(impl: str) -> Impl:
+    for known in IMPLS:
+        if impl == known:
+            return known
+    raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
 
 
 def as_flat(x: npt.ArrayLike, codec: str) -> tuple[npt.NDArray[Any], tuple[int, ...]]:
@@ -59,3 +74,38 @@ def chunks(n_items: int, chunk: int) -> Iterator[tuple[int, int]]:
     """(start, stop) ranges covering 0..n_items in steps of `chunk`."""
     for start in range(0, n_items, chunk):
         yield start, min(start + chunk, n_items)
+
+
+def float_bits(flat: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The bit patterns of a 1-D float32 / float64 (or int32) array: a uint32 / uint64 view."""
+    return flat.view(np.uint64 if flat.dtype.itemsize == 8 else np.uint32)
+
+
+class ScratchPool:
+    """int32 buffers one codec reuses for its SUM phases from one allreduce to the next.
+
+    A fresh 64 MB array costs about as much in first-touch page faults as the codec's work on
+    it; a buffer from the previous allreduce of the same size has its pages mapped. A buffer
+    goes back (`give`) once the allreduce that used it has finished; `take` hands it to a later
+    one (base.py: drivers keep no phase values past the codec's end). Keeps at most `keep`
+    buffers per size and `sizes` sizes. Safe for concurrent allreduces under the GIL (each
+    take is one atomic pop); picklable.
+    """
+
+    def __init__(self, keep: int = 2, sizes: int = 4) -> None:
+        self.keep = keep
+        self.sizes = sizes
+        self._free: dict[int, list[Int32Array]] = {}
+
+    def take(self, n: int) -> Int32Array:
+        try:
+            return self._free.get(n, []).pop()
+        except IndexError:
+            return np.empty(n, dtype=np.int32)
+
+    def give(self, buf: Int32Array) -> None:
+        if buf.size not in self._free and len(self._free) >= self.sizes:
+            self._free.clear()  # a new size: forget the old ones
+        stack = self._free.setdefault(buf.size, [])
+        if len(stack) < self.keep:
+            stack.append(buf)

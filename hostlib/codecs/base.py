@@ -31,6 +31,11 @@ flagged, and must then be identical on every worker too.
 
 Phase values may alias the caller's input array (no defensive copy on the hot path): drivers
 must not modify them, and callers must not modify their input until the codec has finished.
+A SUM phase's values may be a buffer the codec object reuses in its next allreduce (the
+fixed-point and sketch codecs do, to spare a large array's first-touch page faults): they
+stay valid until the codec has finished and until that object starts another allreduce, so
+a driver that keeps phases beyond that (`simulate_allreduce` returns them for accounting)
+may rely on their opcode, label and size only.
 """
 
 from __future__ import annotations
@@ -161,7 +166,8 @@ def simulate_allreduce(
     """Run `codec` for len(inputs) workers against the reference switch (no network).
 
     Returns every worker's decoded result and worker 0's phases (for byte accounting; a phase
-    retried after an overflow appears once per attempt). When a SUM phase saturates, every
+    retried after an overflow appears once per attempt; their values hold until `codec` runs
+    again, see the module docstring). When a SUM phase saturates, every
     worker's generator gets `SumOverflow` thrown in (with the per-lane mask), exactly as the
     real client does; a SumOverflow no codec handles propagates out of this function.
     """

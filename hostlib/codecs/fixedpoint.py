@@ -41,13 +41,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib.codecs import _kernels
 from inaemu.hostlib.codecs._util import (
     CHUNK_ELEMENTS,
+    DEFAULT_IMPL,
+    Impl,
+    ScratchPool,
     as_flat,
     check_finite,
+    check_impl,
     check_workers,
     chunks,
     expect_result,
+    float_bits,
 )
 from inaemu.hostlib.codecs.base import BoolArray, Int32Array, Phase, PhaseGenerator, SumOverflow
 from inaemu.hostlib.codecs.passthrough import int32_sum_phases
@@ -87,13 +93,26 @@ def _float_flat(x: npt.ArrayLike, what: str) -> FloatArray:
     return flat
 
 
-def block_exponents(x: npt.ArrayLike, block_size: int = DEFAULT_BLOCK_SIZE) -> Int32Array:
+def block_exponents(
+    x: npt.ArrayLike, block_size: int = DEFAULT_BLOCK_SIZE, *, impl: Impl = DEFAULT_IMPL
+) -> Int32Array:
     """Per block of `block_size` elements: e with max|x| < 2**e (frexp exponent), int32.
 
     All-zero blocks get ZERO_BLOCK_EXPONENT. Raises ValueError on NaN / inf.
     """
     _check_block_size(block_size)
+    check_impl(impl)
     flat = _float_flat(x, "block_exponents")
+    if impl == "numpy":
+        return _block_exponents_numpy(flat, block_size)
+    out = np.empty(n_blocks(flat.size, block_size), dtype=np.int32)
+    if not _kernels.block_exponents(float_bits(flat), block_size, ZERO_BLOCK_EXPONENT, out):
+        check_finite(flat, "fixedpoint")
+    return out
+
+
+def _block_exponents_numpy(flat: FloatArray, block_size: int) -> Int32Array:
+    """The numpy reference of `block_exponents` (flat: 1-D float32 / float64)."""
     n = flat.size
     nb = n_blocks(n, block_size)
     out = np.empty(nb, dtype=np.int32)
@@ -133,7 +152,8 @@ def _factor_plan(
     s: Int64Array, zero: BoolArray, dtype: np.dtype[Any], margin: int
 ) -> tuple[FloatArray, BoolArray]:
     """Per block: the factor 2**s in `dtype` and whether it is usable (a normal number with
-    `margin` spare exponent bits). Zero blocks get factor 0 (their values are all zero)."""
+    `margin` spare exponent bits). Zero blocks get factor 0 (their values are all zero).
+    (_kernels._power_of_two is the same rule for one block.)"""
     fi = np.finfo(dtype)
     fast = zero | ((s >= fi.minexp) & (s + margin < fi.maxexp))
     safe = np.where(fast & ~zero, s, 0).astype(np.int32)
@@ -143,16 +163,26 @@ def _factor_plan(
 
 
 def _quantize_scaled(
-    flat: FloatArray, s: Int64Array, zero: BoolArray, block_size: int
+    flat: FloatArray,
+    s: Int64Array,
+    zero: BoolArray,
+    block_size: int,
+    impl: Impl = DEFAULT_IMPL,
+    out: Int32Array | None = None,
 ) -> Int32Array:
-    """rint(flat * 2**s_b) as int32; caller guarantees |flat * 2**s_b| < 2**31."""
+    """rint(flat * 2**s_b) as int32 (into `out` if given); caller guarantees
+    |flat * 2**s_b| < 2**31."""
     n = flat.size
-    out = np.empty(n, dtype=np.int32)
+    if out is None:
+        out = np.empty(n, dtype=np.int32)
     if n == 0:
         return out
     # flat * 2**s is exact in flat's own dtype whenever 2**s is a normal number there and the
     # product is not subnormal (then it is < 2**-126 and rounds to 0 anyway), so float32
     # input needs no float64 temporaries; rare out-of-range blocks take an ldexp path.
+    if impl == "numba":
+        _kernels.quantize(flat, s, zero, block_size, out, _kernels.stream_head(out))
+        return out
     factors, fast = _factor_plan(s, zero, flat.dtype, margin=0)
     step = max(1, CHUNK_ELEMENTS // block_size)
     for b0, b1 in chunks(n_blocks(n, block_size), step):
@@ -178,6 +208,8 @@ def quantize(
     n_terms: int,
     block_size: int = DEFAULT_BLOCK_SIZE,
     backoff: npt.ArrayLike = 0,
+    *,
+    impl: Impl = DEFAULT_IMPL,
 ) -> Int32Array:
     """The int32 fixed-point encoding rint(x * 2**S_b) of float x (any shape, flattened).
 
@@ -185,14 +217,15 @@ def quantize(
     land in one lane (n_workers for this codec). ValueError if x exceeds the exponents.
     """
     _check_block_size(block_size)
+    check_impl(impl)
     flat = _float_flat(x, "quantize")
     e = np.asarray(exponents, dtype=np.int64)
     if e.shape != (n_blocks(flat.size, block_size),):
         raise ValueError(f"expected {n_blocks(flat.size, block_size)} exponents, got {e.shape}")
-    if (block_exponents(flat, block_size) > e).any():
+    if (block_exponents(flat, block_size, impl=impl) > e).any():
         raise ValueError("x has a block larger in magnitude than its exponent allows")
     return _quantize_scaled(
-        flat, scale_exponents(e, n_terms, backoff), e == ZERO_BLOCK_EXPONENT, block_size
+        flat, scale_exponents(e, n_terms, backoff), e == ZERO_BLOCK_EXPONENT, block_size, impl
     )
 
 
@@ -203,12 +236,15 @@ def dequantize(
     block_size: int = DEFAULT_BLOCK_SIZE,
     backoff: npt.ArrayLike = 0,
     dtype: npt.DTypeLike = np.float64,
+    *,
+    impl: Impl = DEFAULT_IMPL,
 ) -> FloatArray:
     """total * 2**-S_b, rounded once to `dtype` (float32 / float64); 1-D.
 
     Sums beyond the dtype's range saturate to +-inf, as float addition would.
     """
     _check_block_size(block_size)
+    check_impl(impl)
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"dequantize: dtype must be float32 or float64, got {dt}")
@@ -223,9 +259,13 @@ def dequantize(
     neg_s = -scale_exponents(e, n_terms, backoff)
     # int -> dtype rounds once; the power-of-two factor is then exact as long as the result
     # stays normal: |total| < 2**33 keeps it below the top of the range (margin 34).
-    factors, fast = _factor_plan(neg_s, zero, dt, margin=34)
     out = np.empty(n, dtype=dt)
-    step = max(1, CHUNK_ELEMENTS // block_size)
+    step = max(1, CHUNK_ELEMENTS // block_size)  # the numpy loop's chunks decide the paths
+    if impl == "numba":
+        native = np.ascontiguousarray(tot, dtype=tot.dtype.newbyteorder("="))
+        _kernels.dequantize(native, neg_s, zero, block_size, step, out)
+        return out
+    factors, fast = _factor_plan(neg_s, zero, dt, margin=34)
     with np.errstate(over="ignore"):
         for b0, b1 in chunks(n_blocks(n, block_size), step):
             lo, hi = b0 * block_size, min(b1 * block_size, n)
@@ -311,13 +351,18 @@ class FixedPointCodec:
     name = "fixedpoint"
 
     def __init__(
-        self, block_size: int = DEFAULT_BLOCK_SIZE, max_backoff: int = DEFAULT_MAX_BACKOFF
+        self,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        max_backoff: int = DEFAULT_MAX_BACKOFF,
+        impl: Impl = DEFAULT_IMPL,
     ) -> None:
         _check_block_size(block_size)
         if max_backoff < 0:
             raise ValueError(f"max_backoff must be >= 0, got {max_backoff}")
         self.block_size = block_size
         self.max_backoff = max_backoff
+        self.impl = check_impl(impl)
+        self._scratch = ScratchPool()
 
     def phases(self, x: npt.NDArray[np.generic], n_workers: int) -> PhaseGenerator:
         """Validates eagerly (TypeError for other dtypes, ValueError for NaN / inf)."""
@@ -325,7 +370,7 @@ class FixedPointCodec:
         flat, shape = as_flat(x, self.name)
         if flat.dtype == np.int32:
             return int32_sum_phases(flat, shape, f"{self.name}.int32")
-        local = block_exponents(flat, self.block_size)  # also rejects NaN / inf
+        local = block_exponents(flat, self.block_size, impl=self.impl)  # rejects NaN / inf
         return self._float_phases(flat, shape, local, n_workers)
 
     def _float_phases(
@@ -341,7 +386,10 @@ class FixedPointCodec:
         retries = 0
         while True:
             s = scale_exponents(exps, n_workers, backoff)
-            q = _quantize_scaled(flat, s, zero, bs)
+            # numba: a buffer of an earlier allreduce, its pages already mapped (a phase sent
+            # before a retry keeps its own buffer: the driver may still hold it)
+            buf = self._scratch.take(n) if self.impl == "numba" else None
+            q = _quantize_scaled(flat, s, zero, bs, self.impl, buf)
             try:
                 total = yield Phase(Opcode.SUM, q, f"{self.name}.values")
             except SumOverflow as exc:
@@ -356,5 +404,7 @@ class FixedPointCodec:
                 backoff += blocks_hit(exc.lanes, n, bs)
                 continue
             total = expect_result(total, n, self.name)
-            out = dequantize(total, exps, n_workers, bs, backoff, flat.dtype)
+            out = dequantize(total, exps, n_workers, bs, backoff, flat.dtype, impl=self.impl)
+            if buf is not None:
+                self._scratch.give(buf)
             return out.reshape(shape)

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.codecs._util import check_finite, chunks
+from inaemu.hostlib.codecs import _kernels
+from inaemu.hostlib.codecs._util import DEFAULT_IMPL, Impl, check_finite, check_impl, chunks
 
 DEFAULT_ERROR_BOUND = 2.0**-10
 MAGIC = b"INCN"
@@ -92,16 +94,20 @@ def _scale(a: Float32Array, k: int) -> Float32Array:
     return np.ldexp(a, np.int32(k))
 
 
-def compress(x: npt.ArrayLike, error_bound: float = DEFAULT_ERROR_BOUND) -> bytes:
+def compress(
+    x: npt.ArrayLike, error_bound: float = DEFAULT_ERROR_BOUND, *, impl: Impl = DEFAULT_IMPL
+) -> bytes:
     """Encode a float32 array (flattened) so that every element decodes within error_bound."""
     arr = np.asarray(x)
     if arr.dtype != np.float32:
         raise TypeError(f"INCEPTIONN compresses float32, got {arr.dtype} (cast explicitly)")
-    flat = np.ascontiguousarray(arr).reshape(-1)
-    check_finite(flat, "inceptionn")
-    n = flat.size
+    flat = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1)  # native byte order
     k = _quantum_exponent(error_bound)
     t0, t8, t16 = _thresholds(error_bound)
+    if check_impl(impl) == "numba" and sys.byteorder == "little":
+        return _compress_numba(flat, error_bound, k, (t0, t8, t16))
+    check_finite(flat, "inceptionn")
+    n = flat.size
     bits = flat.view(np.uint32)
     tags = np.zeros(-(-n // 4) * 4, dtype=np.uint8)
     p8: list[npt.NDArray[np.uint8]] = []
@@ -136,6 +142,37 @@ def compress(x: npt.ArrayLike, error_bound: float = DEFAULT_ERROR_BOUND) -> byte
     )  # fmt: skip
 
 
+def _compress_numba(
+    flat: Float32Array,
+    error_bound: float,
+    k: int,
+    thresholds: tuple[np.float32, np.float32, np.float32],
+) -> bytes:
+    """compress() in two passes: tags and counts (and the finiteness check), then the three
+    payload streams, written straight into the buffer (little endian = native here)."""
+    n = flat.size
+    packed = np.empty(-(-n // 4), dtype=np.uint8)
+    t0, t8, t16 = thresholds
+    finite, n8, n16, n32 = _kernels.inceptionn_tags(flat, t0, t8, t16, packed)
+    if not finite:
+        check_finite(flat, "inceptionn")
+    # + 1 spare element per stream: the payload kernel stores every element into all three
+    out = np.empty(compressed_size(n, n8, n16, n32) + 4 + 2 + 1, dtype=np.uint8)
+    header = _HEADER.pack(MAGIC, VERSION, 0, 0, n, float(error_bound), n8, n16, n32)
+    out[:HEADER_BYTES] = np.frombuffer(header, dtype=np.uint8)
+    s32 = out[HEADER_BYTES : HEADER_BYTES + 4 * n32 + 4].view(np.uint32)
+    off = HEADER_BYTES + 4 * n32
+    scratch16 = np.empty(n16 + 1, dtype=np.uint16)  # its spare element would overlap s8
+    scratch8 = np.empty(n8 + 1, dtype=np.uint8)
+    _kernels.inceptionn_payloads(flat, packed, k, s32, scratch16, scratch8)
+    out[off : off + 2 * n16] = scratch16[:n16].view(np.uint8)
+    off += 2 * n16
+    out[off : off + n8] = scratch8[:n8]
+    off += n8
+    out[off : off + packed.size] = packed
+    return out[: off + packed.size].tobytes()
+
+
 def compressed_size(n: int, n8: int, n16: int, n32: int) -> int:
     """Bytes of a compressed buffer with these counts."""
     return HEADER_BYTES + 4 * n32 + 2 * n16 + n8 + -(-n // 4)
@@ -150,7 +187,7 @@ def _fixed_to_float(
     return v
 
 
-def decompress(buf: bytes | bytearray | memoryview) -> Float32Array:
+def decompress(buf: bytes | bytearray | memoryview, *, impl: Impl = DEFAULT_IMPL) -> Float32Array:
     """Decode a `compress` buffer to a 1-D float32 array. ValueError if malformed."""
     mv = memoryview(buf).cast("B")
     if len(mv) < HEADER_BYTES:
@@ -170,6 +207,14 @@ def decompress(buf: bytes | bytearray | memoryview) -> Float32Array:
     s8 = np.frombuffer(mv, dtype=np.uint8, count=n8, offset=off)
     off += n8
     packed = np.frombuffer(mv, dtype=np.uint8, offset=off)
+    if check_impl(impl) == "numba" and sys.byteorder == "little":
+        out = np.empty(n, dtype=np.float32)
+        counts = _kernels.inceptionn_decode(
+            packed, s32.view(np.uint32), s16.view(np.uint16), s8, k, out.view(np.uint32)
+        )
+        if counts != (n8, n16, n32):
+            raise ValueError("INCEPTIONN tags disagree with the payload counts in the header")
+        return out
     out = np.zeros(n, dtype=np.float32)
     i8 = i16 = i32 = 0
     for lo, hi in chunks(n, _CHUNK):

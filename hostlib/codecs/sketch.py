@@ -26,7 +26,7 @@ B. ``SUM`` of an integer count sketch of the fixed-point values of x[U]: 3 equal
 
 Decode: a peeling decoder. A cell holding exactly one unresolved member holds that member's
 exact integer sum; resolve it, subtract it from its other cells, repeat (each round peels all
-degree-1 cells at once with numpy). The result is the exact integer sum of the workers'
+degree-1 cells at once). The result is the exact integer sum of the workers'
 fixed-point values (then scaled by 2**-S_b like `fixedpoint.dequantize`); residual cells are
 checked to be zero. If peeling stalls (a 2-core remains), the sketch is sent again with
 m *= growth and fresh seeds (another SUM phase), at most `max_retries` times, then
@@ -51,12 +51,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.codecs._util import as_flat, check_finite, check_workers, expect_result
+from inaemu.hostlib.codecs import _kernels
+from inaemu.hostlib.codecs._util import (
+    DEFAULT_IMPL,
+    SUPPORTED_DTYPES,
+    Impl,
+    ScratchPool,
+    as_flat,
+    check_finite,
+    check_impl,
+    check_workers,
+    expect_result,
+    float_bits,
+)
 from inaemu.hostlib.codecs.base import (
     Int32Array,
     Phase,
@@ -102,14 +114,35 @@ class SketchCorrupt(ValueError):
 # ---- bitmaps -------------------------------------------------------------------------------
 
 
-def nonzero_bitmap(x: npt.ArrayLike) -> Int32Array:
+def nonzero_bitmap(x: npt.ArrayLike, *, impl: Impl = DEFAULT_IMPL) -> Int32Array:
     """ceil(n / 32) words; element i is bit i % 32 (LSB first) of word i // 32."""
     flat = np.asarray(x).reshape(-1)
+    if check_impl(impl) == "numba" and flat.dtype in SUPPORTED_DTYPES:
+        return _scan(np.ascontiguousarray(flat, flat.dtype.newbyteorder("="))).bitmap
     n = flat.size
     nbytes = 4 * (-(-n // 32))
     packed = np.zeros(nbytes, dtype=np.uint8)
     packed[: -(-n // 8)] = np.packbits(flat != 0, bitorder="little")
     return packed.view("<i4").astype(np.int32)
+
+
+class _Scan(NamedTuple):
+    bitmap: Int32Array  # nonzero_bitmap(x)
+    finite: bool  # x holds no NaN / inf
+    support: npt.NDArray[Any] | None  # x's non-zeros in index order; None: too many to keep
+
+
+def _scan(flat: npt.NDArray[Any]) -> _Scan:
+    """One pass over flat (1-D contiguous native float32 / float64 / int32, numba): its
+    bitmap, whether it is finite and, if at most about n / 16, its non-zeros (then the union's
+    values need no second pass over x: `_kernels.union_merge`)."""
+    n = flat.size
+    words = np.empty(-(-n // 32), dtype=np.int32)
+    support = np.empty(min(n, n // 16 + 1024), dtype=flat.dtype)
+    finite, stored = _kernels.nonzero_bitmap(
+        float_bits(flat), flat.dtype.kind == "f", words.view(np.uint8), float_bits(support)
+    )
+    return _Scan(words, bool(finite), support[:stored] if stored >= 0 else None)
 
 
 def _bits(bitmap: npt.ArrayLike, n: int) -> npt.NDArray[np.uint8]:
@@ -187,11 +220,20 @@ def sketch_layout(
     table: int,
     attempt: int = 0,
     seed: int = DEFAULT_SEED,
+    *,
+    impl: Impl = DEFAULT_IMPL,
 ) -> SketchLayout:
     """The cells of every union member (indices into the full array) for one attempt."""
-    idx = np.asarray(union, dtype=np.int64).astype(np.uint64)
     if table < 1 or table >= 1 << 32:
         raise ValueError(f"table size {table} out of range")
+    if check_impl(impl) == "numba":
+        members = np.asarray(union, dtype=np.int64).reshape(-1)
+        cells = np.empty((N_HASHES, members.size), dtype=np.int64)
+        loads = np.zeros(N_HASHES * table, dtype=np.int64)
+        seeds = np.array(hash_seeds(seed, attempt), dtype=np.uint64)
+        _kernels.sketch_cells(members, seeds, table, cells, loads)
+        return SketchLayout(table=table, cells=cells, loads=loads, attempt=attempt)
+    idx = np.asarray(union, dtype=np.int64).astype(np.uint64)
     cells = np.empty((N_HASHES, idx.size), dtype=np.int64)
     t = np.uint64(table)
     for k, s in enumerate(hash_seeds(seed, attempt)):
@@ -205,23 +247,49 @@ def sketch_layout(
 # ---- encode / peel -------------------------------------------------------------------------
 
 
-def encode_sketch(values: npt.ArrayLike, layout: SketchLayout) -> Int32Array:
-    """The m sketch cells: each union member's integer value added to its N_HASHES cells."""
+def encode_sketch(
+    values: npt.ArrayLike,
+    layout: SketchLayout,
+    *,
+    impl: Impl = DEFAULT_IMPL,
+    out: Int32Array | None = None,
+) -> Int32Array:
+    """The m sketch cells (into `out` if given): each union member's integer value added to
+    its N_HASHES cells. OverflowError if a cell does not fit in int32."""
     v = np.asarray(values).reshape(-1)
     if v.shape != (layout.cells.shape[1],):
         raise ValueError(f"expected {layout.cells.shape[1]} values, got {v.shape}")
+    if check_impl(impl) == "numba" and v.dtype == np.int32:
+        # int64 sums are exact; the numpy reference's float64 ones are too (below 2**53)
+        sums = np.zeros(layout.m, dtype=np.int64)
+        if not _kernels.encode_sketch(v, layout.cells, sums):
+            raise OverflowError("a sketch cell does not fit in int32 (values not scaled for it)")
+        if out is None:
+            return sums.astype(np.int32)
+        np.copyto(out, sums, casting="unsafe")
+        return out
     # float64 bincount is exact: every partial sum is below 2**53 in magnitude.
     w = np.broadcast_to(v.astype(np.float64), layout.cells.shape).reshape(-1)
     sums = np.bincount(layout.cells.reshape(-1), weights=w, minlength=layout.m)
     if sums.size and (sums.max() > INT32_MAX or sums.min() < INT32_MIN):
         raise OverflowError("a sketch cell does not fit in int32 (values not scaled for it)")
-    return sums.astype(np.int32)
+    if out is None:
+        return sums.astype(np.int32)
+    np.copyto(out, sums, casting="unsafe")
+    return out
 
 
+_CORRUPT = {
+    _kernels.CORRUPT_IDS: "sketch cell bookkeeping is inconsistent",
+    _kernels.CORRUPT_DISAGREE: "sketch cells disagree about a member's value",
+    _kernels.CORRUPT_RESIDUAL: "non-zero residual after peeling: cells hold values outside U",
+}
 _DEGREE_BITS = 8  # peel() packs (member-id sum << 8) | degree into one int64 per cell
 
 
-def peel(cells: npt.ArrayLike, layout: SketchLayout) -> Int64Array | None:
+def peel(
+    cells: npt.ArrayLike, layout: SketchLayout, *, impl: Impl = DEFAULT_IMPL
+) -> Int64Array | None:
     """Exact per-member sums from an aggregated sketch, or None if peeling stalls.
 
     Each round resolves every member that sits alone in some cell, all at once. Raises
@@ -234,6 +302,14 @@ def peel(cells: npt.ArrayLike, layout: SketchLayout) -> Int64Array | None:
     u = c.shape[1]
     if layout.max_load >= 1 << _DEGREE_BITS or u * layout.max_load >= 1 << 54:
         raise ValueError("sketch too loaded to peel")  # cannot happen with sane sizes
+    if check_impl(impl) == "numba":
+        values = np.zeros(u, dtype=np.int64)
+        outcome = _kernels.peel(residual, c, layout.loads, _DEGREE_BITS, values)
+        if outcome == _kernels.STALLED:
+            return None
+        if outcome != _kernels.PEELED:
+            raise SketchCorrupt(_CORRUPT[outcome])
+        return values
     # Per cell: (sum of its unresolved members' ids) << 8 | (their count). In a cell with
     # count 1 the id sum *is* the member. One int64 keeps both in one scatter / gather.
     # (float64 bincount is exact: every sum is below 2**53.)
@@ -252,13 +328,13 @@ def peel(cells: npt.ArrayLike, layout: SketchLayout) -> Int64Array | None:
             return None
         j = k[pure_at] >> _DEGREE_BITS
         if (j < 0).any() or (j >= u).any():
-            raise SketchCorrupt("sketch cell bookkeeping is inconsistent")
+            raise SketchCorrupt(_CORRUPT[_kernels.CORRUPT_IDS])
         v = residual[frontier[pure_at]]
         pos = np.arange(j.size, dtype=np.int64)
         owner[j] = pos  # last writer wins: one representative per member
         rep = owner[j]
         if (v != v[rep]).any():
-            raise SketchCorrupt("sketch cells disagree about a member's value")
+            raise SketchCorrupt(_CORRUPT[_kernels.CORRUPT_DISAGREE])
         keep = rep == pos
         j, v = j[keep], v[keep]
         values[j] = v
@@ -268,7 +344,7 @@ def peel(cells: npt.ArrayLike, layout: SketchLayout) -> Int64Array | None:
         np.subtract.at(key, touched, np.tile((j << _DEGREE_BITS) | 1, N_HASHES))
         frontier = touched
     if residual.any():
-        raise SketchCorrupt("non-zero residual after peeling: cells hold values outside U")
+        raise SketchCorrupt(_CORRUPT[_kernels.CORRUPT_RESIDUAL])
     return values
 
 
@@ -291,6 +367,7 @@ class SketchCodec:
         max_backoff: int = DEFAULT_MAX_BACKOFF,
         slack_sqrt: float = DEFAULT_SLACK_SQRT,
         slack_const: float = DEFAULT_SLACK_CONST,
+        impl: Impl = DEFAULT_IMPL,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -312,37 +389,66 @@ class SketchCodec:
         self.max_backoff = max_backoff
         self.slack_sqrt = slack_sqrt
         self.slack_const = slack_const
+        self.impl = check_impl(impl)
+        self._scratch = ScratchPool()
 
     def phases(self, x: npt.NDArray[np.generic], n_workers: int) -> PhaseGenerator:
         """Validates eagerly (TypeError for other dtypes, ValueError for NaN / inf)."""
         check_workers(n_workers)
         flat, shape = as_flat(x, self.name)
-        if flat.dtype.kind == "f":
-            check_finite(flat, self.name)
-        return self._run(flat, shape, n_workers)
+        if self.impl == "numba":
+            scan = _scan(flat)  # phase A's vector, the check and x's non-zeros in one pass
+            if not scan.finite:
+                check_finite(flat, self.name)
+        else:
+            if flat.dtype.kind == "f":
+                check_finite(flat, self.name)
+            scan = _Scan(nonzero_bitmap(flat, impl="numpy"), True, None)
+        return self._run(flat, shape, n_workers, scan)
 
-    def _run(
-        self, flat: npt.NDArray[Any], shape: tuple[int, ...], n_workers: int
-    ) -> PhaseGenerator:
-        n, bs, name = flat.size, self.block_size, self.name
-        if n == 0:
-            return np.zeros(shape, dtype=flat.dtype)
-        bitmap = nonzero_bitmap(flat)
-        agg = expect_result((yield Phase(Opcode.OR, bitmap, f"{name}.bitmap")), bitmap.size, name)
+    def _union(
+        self, flat: npt.NDArray[Any], scan: _Scan, agg: Int32Array
+    ) -> tuple[int, Int64Array | None, npt.NDArray[Any]]:
+        """From the OR result: (u, the union's indices or None if it is everything, x[U])."""
+        n, bitmap = flat.size, scan.bitmap
+        if self.impl == "numba":
+            words, local = agg.view(np.uint32), bitmap.view(np.uint32)
+            u = _kernels.union_size(local, words, n)
+            if u < 0:
+                raise SketchCorrupt("OR result lacks bits this worker set")
+            if u == 0 or u == n:
+                return u, None, flat
+            union = np.empty(u, dtype=np.int64)
+            values = np.empty(u, dtype=flat.dtype)
+            if scan.support is not None:
+                _kernels.union_merge(words, local, n, scan.support, union, values)
+            else:
+                _kernels.union_gather(words, n, flat, union, values)
+            return u, union, values
         if (bitmap & ~agg).any():
             raise SketchCorrupt("OR result lacks bits this worker set")
         bits = _bits(agg, n)
         u = int(np.count_nonzero(bits))
+        if u == 0 or u == n:  # every element in U: no index gather / scatter
+            return u, None, flat
+        union_np = np.flatnonzero(bits)
+        return u, union_np, flat[union_np]
+
+    def _run(
+        self, flat: npt.NDArray[Any], shape: tuple[int, ...], n_workers: int, scan: _Scan
+    ) -> PhaseGenerator:
+        n, bs, name, impl = flat.size, self.block_size, self.name, self.impl
+        if n == 0:
+            return np.zeros(shape, dtype=flat.dtype)
+        bitmap = scan.bitmap
+        agg = expect_result((yield Phase(Opcode.OR, bitmap, f"{name}.bitmap")), bitmap.size, name)
+        u, union, values = self._union(flat, scan, agg)
         if u == 0:
             return np.zeros(shape, dtype=flat.dtype)
-        dense = u == n  # every element in U: no index gather / scatter
-        union = None if dense else np.flatnonzero(bits)
-        del bits
-        values = flat if dense else flat[union]
         is_int = flat.dtype == np.int32
         exps = np.zeros(0, dtype=np.int32)
         if not is_int:
-            local = block_exponents(values, bs)
+            local = block_exponents(values, bs, impl=impl)
             agg = yield Phase(Opcode.MAX, local, f"{name}.exponents")
             exps = check_exponents(expect_result(agg, local.size, name), local)
         zero = exps == ZERO_BLOCK_EXPONENT
@@ -358,14 +464,21 @@ class SketchCodec:
                     mode = "compact"  # dense fallback: never costs more than the dense vector
                 else:
                     members = np.arange(n) if union is None else union
-                    layout = sketch_layout(members, table, attempt, self.seed)
+                    layout = sketch_layout(members, table, attempt, self.seed, impl=impl)
             n_terms = n_workers * (layout.max_load if layout is not None else 1)
+            # numba: the SUM phase's buffer comes from an earlier allreduce (see fixedpoint);
+            # every attempt takes its own, the driver may still hold the previous one
+            buf = None
+            if impl == "numba" and not (is_int and layout is None):
+                buf = self._scratch.take(u if layout is None else layout.m)
             if is_int:
                 q: Int32Array = values
             else:
-                q = _quantize_scaled(values, scale_exponents(exps, n_terms, backoff), zero, bs)
+                s = scale_exponents(exps, n_terms, backoff)
+                q = _quantize_scaled(values, s, zero, bs, impl, buf if layout is None else None)
             if layout is not None:
-                phase = Phase(Opcode.SUM, encode_sketch(q, layout), f"{name}.cells#{attempt}")
+                cells = encode_sketch(q, layout, impl=impl, out=buf)
+                phase = Phase(Opcode.SUM, cells, f"{name}.cells#{attempt}")
             else:
                 phase = Phase(Opcode.SUM, q, f"{name}.compact")
             try:
@@ -389,7 +502,7 @@ class SketchCodec:
             if layout is None:
                 sums: npt.NDArray[Any] = agg
                 break
-            peeled = peel(agg, layout)
+            peeled = peel(agg, layout, impl=impl)
             if peeled is not None:
                 sums = peeled
                 break
@@ -402,9 +515,11 @@ class SketchCodec:
         if is_int:
             decoded: npt.NDArray[Any] = sums.astype(np.int32)
         else:
-            decoded = dequantize(sums, exps, n_terms, bs, backoff, flat.dtype)
+            decoded = dequantize(sums, exps, n_terms, bs, backoff, flat.dtype, impl=impl)
+        if buf is not None:
+            self._scratch.give(buf)
         if union is None:
             return decoded.reshape(shape)
-        out = np.zeros(n, dtype=flat.dtype)
+        out = np.zeros(n, dtype=flat.dtype)  # pages the kernel zeroes as they are first touched
         out[union] = decoded
         return out.reshape(shape)

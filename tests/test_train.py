@@ -1,0 +1,227 @@
+"""`inaemu train`: the launcher trains examples/train_ddp.py with DDP through every backend.
+
+The embedded run (no root) brings up a softswitch, installs the job and starts the example
+twice (2 workers) per backend: gloo, INA with fixed point and with the sketch, the ring with
+INCEPTIONN; it checks the records, the plot, and that the INA backends' losses are gloo's
+(fixed point within its error bound; the sketch is lossless on the fixed-point encoding)
+while INCEPTIONN's lossy ring differs, a little. The Mininet run (root, Mininet) trains
+over the kernel's UDP and TCP through the switches. The rest needs no network: the
+environment contract, backend names, the records' merge, refusals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inaemu.controller.train import BackendRun, main, merge_records, parse_backends
+from inaemu.hostlib.launch import EVERY_BACKEND, Launch, LaunchError, parse_backend
+from tests.test_mininet import assert_removed, in_root_ns, mininet_ready  # noqa: F401 (fixtures)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "train_ddp.py"
+STEPS = 4
+
+
+# ---------------------------------------------------------------------- no network
+
+
+def test_the_launch_travels_through_the_environment() -> None:
+    launch = Launch(
+        rank=1,
+        world_size=2,
+        backend="ring-inceptionn",
+        rendezvous="file:///tmp/x",
+        run=7,
+        timeout=12.5,
+        peers="02:00:00:00:00:01/10.0.0.1,02:00:00:00:00:02/10.0.0.2",
+    )
+    env = launch.to_env()
+    assert env["INAEMU_RANK"] == "1" and env["RANK"] == "1" and env["WORLD_SIZE"] == "2"
+    assert env["INAEMU_RUN"] == "7" and env["INAEMU_TIMEOUT"] == "12.5"
+    assert Launch.from_env(env) == launch
+    assert launch.parsed_backend == parse_backend("ring-inceptionn")
+    assert parse_backend("ina-sketch-compact").codec == "sketch-compact"
+
+
+def test_a_script_outside_the_launcher_is_told_how_to_start() -> None:
+    with pytest.raises(LaunchError, match="inaemu train SCRIPT"):
+        Launch.from_env({})
+    env = Launch(rank=0, world_size=2, backend="gloo", rendezvous="file:///x").to_env()
+    with pytest.raises(LaunchError, match=r"INAEMU_RANK=2 is not within 0\.\.1"):
+        Launch.from_env({**env, "INAEMU_RANK": "2"})
+    with pytest.raises(LaunchError, match="INAEMU_RUN='x': expected int"):
+        Launch.from_env({**env, "INAEMU_RUN": "x"})
+    with pytest.raises(LaunchError, match="INAEMU_BACKEND"):
+        Launch.from_env({**env, "INAEMU_BACKEND": "ina"})
+    # the example itself, run by hand: one line saying what to run, no traceback of ours
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("INAEMU_")},
+    )
+    assert proc.returncode != 0 and "inaemu train SCRIPT" in proc.stderr
+
+
+def test_backend_names() -> None:
+    assert [b.name for b in parse_backends("all")] == list(EVERY_BACKEND)
+    assert [b.kind for b in parse_backends("gloo,hd-plain")] == ["gloo", "hd"]
+    for text, message in [
+        ("ina-int32", "INA trains with fixedpoint"),
+        ("tree-plain", "unknown host collective 'tree'"),
+        ("ring-int32", "a host collective trains with plain"),
+        ("gloo,gloo", "name each backend once"),
+        ("ina", "use gloo, ina-CODEC"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_backends(text)
+
+
+def test_records_of_every_rank_are_merged(tmp_path: Path) -> None:
+    def line(rank: int, it: int, loss: float, acc: float | None, step: float) -> str:
+        rec = {"rank": rank, "iteration": it, "loss": loss, "accuracy": acc}
+        return json.dumps(rec | {"step_seconds": step, "allreduce_seconds": step / 2})
+
+    (tmp_path / "rank0.jsonl").write_text(
+        "\n".join(line(0, i, 1.0 + i, 0.5, 0.1) for i in range(3)) + "\n"
+    )
+    # rank 1 died in its third iteration, its last line cut short
+    (tmp_path / "rank1.jsonl").write_text(
+        line(1, 0, 3.0, None, 0.3) + "\n" + line(1, 1, 4.0, None, 0.1) + '\n{"rank": 1, "it'
+    )
+    run = BackendRun("gloo", 1)
+    merge_records(run, [tmp_path / "rank0.jsonl", tmp_path / "rank1.jsonl"])
+    assert run.iterations == [0, 1]
+    assert run.loss == [2.0, 3.0]  # the mean over the ranks
+    assert run.accuracy == [0.5, 0.5]  # rank 0's
+    assert run.step_seconds == [0.3, 0.1]  # the slowest rank's
+    assert run.time == pytest.approx([0.3, 0.4])
+
+
+def test_bad_command_lines_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in [
+        (["nosuch.py"], "nosuch.py: no such script"),
+        (["--backend", "ina-int32", str(EXAMPLE)], "INA trains with"),
+        (["--workers", "1", str(EXAMPLE)], "--workers must be at least 2"),
+        (["--bw", "10", str(EXAMPLE)], "--bw and --switch are for --mininet"),
+        (["--mininet", "--bw", "0", str(EXAMPLE)], "--bw 0: Mininet shapes 0 < bw <= 1000"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("inaemu train: ") and message in err, err
+        assert "Traceback" not in err
+    # a schedule that does not run on the topology: refused before anything starts
+    argv = ["--backend", "hdrm-plain", "--out", str(tmp_path), str(EXAMPLE)]
+    assert main(argv) == 2
+    assert "hdrm does not run on a star topology" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- training
+
+
+def check_training(out: Path, backends: list[str]) -> dict[str, dict[str, Any]]:
+    """The records and the plot exist and hold every iteration of every backend."""
+    summary = json.loads((out / "train.json").read_text())
+    assert (out / "train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs: dict[str, dict[str, Any]] = summary["backends"]
+    assert list(runs) == backends
+    for name, run in runs.items():
+        assert run["error"] == "" and run["iterations"] == list(range(STEPS)), name
+        for key in ("loss", "accuracy", "step_seconds", "allreduce_seconds", "time"):
+            assert len(run[key]) == STEPS and None not in run[key], (name, key)
+        pairs = zip(run["allreduce_seconds"], run["step_seconds"], strict=True)
+        assert all(0 < a <= s for a, s in pairs), name
+        for rank in range(2):
+            assert (out / "records" / name / f"rank{rank}.jsonl").exists()
+    return runs
+
+
+def test_every_backend_trains_on_the_embedded_network(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch", reason="PyTorch not installed")
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib")
+    argv = ["--backend", "all", "--workers", "2", "--out", str(tmp_path)]
+    assert main([*argv, str(EXAMPLE), "--steps", str(STEPS)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "ina-fixedpoint: 2 workers, run 2" in out and "bounds the allreduces" in out
+    runs = check_training(tmp_path, list(EVERY_BACKEND))
+    gloo = runs["gloo"]["loss"]
+    # the same initial weights and batches: iteration 0's loss is computed before any
+    # allreduce, identical for every backend
+    assert {run["loss"][0] for run in runs.values()} == {gloo[0]}
+    for name in ("ina-fixedpoint", "ina-sketch"):
+        # fixed point moves each gradient element by less than 2^-28 of its block's largest
+        # here (2 workers); a few SGD steps later the losses agree with gloo's to float32
+        # rounding. A lost or misplaced bucket, or no averaging, would be off by far more.
+        for a, b in zip(runs[name]["loss"], gloo, strict=True):
+            assert a == pytest.approx(b, rel=1e-5, abs=0), name
+        assert runs[name]["accuracy"] == pytest.approx(runs["gloo"]["accuracy"], abs=1e-3)
+    # INCEPTIONN drops what is below its bound (2^-10) at every hop: a lossy sum, so the
+    # losses leave gloo's after the first update, but stay close
+    ring = runs["ring-inceptionn"]["loss"]
+    gaps = [abs(a - b) for a, b in zip(ring, gloo, strict=True)]
+    assert 1e-5 < max(gaps) < 0.05, gaps
+
+
+@pytest.mark.usefixtures("mininet_ready", "in_root_ns")
+def test_training_on_mininet(tmp_path: Path) -> None:
+    """INA over the kernel's UDP and the ring over TCP, through the softswitch on Mininet."""
+    pytest.importorskip("torch", reason="PyTorch not installed")
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib")
+    backends = ["ina-fixedpoint", "ring-inceptionn"]
+    argv = ["--mininet", "--backend", ",".join(backends), "--workers", "2", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "inaemu.controller.cli",
+            "train",
+            *argv,
+            str(EXAMPLE),
+            "--steps",
+            str(STEPS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Mininet, softswitch switches" in proc.stdout
+    runs = check_training(tmp_path, backends)
+    assert runs["ina-fixedpoint"]["loss"][0] == runs["ring-inceptionn"]["loss"][0]
+    # every worker process ran on a Mininet host, and is gone with the network
+    record = json.loads((tmp_path / "mininet" / "build" / "network.json").read_text())
+    assert sorted({p["host"] for p in record["processes"]}) == ["h1", "h2"]
+    assert_removed(tmp_path / "mininet")
+
+
+def test_a_failing_worker_is_named_and_the_others_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1 fails at once while rank 0 would run for a minute: the launcher names rank 1,
+    its message and its log, stops rank 0 and the switch, and exits 1."""
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if os.environ['INAEMU_RANK'] == '1':\n"
+        "    sys.exit('rank 1: the data set is missing')\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    assert main(["--backend", "gloo", "--workers", "2", "--out", str(tmp_path), str(script)]) == 1
+    assert time.monotonic() - started < 30
+    captured = capsys.readouterr()
+    assert "gloo: FAILED: rank 1 exited with 1: rank 1: the data set is missing" in captured.out
+    assert str(tmp_path / "logs" / "gloo" / "rank1.log") in captured.out
+    assert captured.err.startswith("inaemu train: gloo failed")
