@@ -14,7 +14,7 @@ import platform
 
 import numpy as np
 
-from inaemu.controller.demo import DemoOptions, run_demo
+from inaemu.cli.demo import DemoOptions, run_demo
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.wire import MAX_FANIN
 

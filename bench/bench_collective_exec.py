@@ -27,7 +27,6 @@ import numpy.typing as npt
 
 from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule
-from inaemu.controller.topology import star
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND
 from inaemu.hostlib.collective.executor import (
@@ -39,6 +38,7 @@ from inaemu.hostlib.collective.executor import (
 )
 from inaemu.hostlib.collective.peers import MemoryMesh
 from inaemu.hostlib.worker import worker_input
+from inaemu.topology.model import star
 
 
 def in_memory(

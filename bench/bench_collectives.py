@@ -146,8 +146,8 @@ def schedule_facts(
     (`collectives.check.measure`)."""
     from inaemu.collectives.algorithms import algorithm
     from inaemu.collectives.check import LinkModel, measure
-    from inaemu.collectives.routes import FlowRoutes
-    from inaemu.controller.topology import from_spec
+    from inaemu.topology.model import from_spec
+    from inaemu.topology.routes import FlowRoutes
 
     topo = from_spec(spec)
     routes = FlowRoutes(topo, args.node_ports)
@@ -448,13 +448,13 @@ def ring_bytes_on_gradients(n: int) -> tuple[float, float, bool]:
     import numpy as np
 
     from inaemu.collectives.algorithms import algorithm
-    from inaemu.controller.topology import star
     from inaemu.hostlib.collective.executor import (
         InceptionnCodec,
         PlainCodec,
         inceptionn_error_bound,
     )
     from inaemu.hostlib.collective.peers import MemoryMesh
+    from inaemu.topology.model import star
 
     xs = real_gradients(n)
     sched = algorithm("ring").schedule(star(n))

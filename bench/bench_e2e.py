@@ -255,7 +255,7 @@ def switch_counters(net: Any, topo_file: Path) -> dict[str, int]:
 
 
 def inaemu(net: Any, *args: str) -> str:
-    proc = net.run_in_switch([sys.executable, "-m", "inaemu.controller.cli", *args])
+    proc = net.run_in_switch([sys.executable, "-m", "inaemu.cli", *args])
     if proc.returncode != 0:
         raise RuntimeError(f"inaemu {' '.join(args)}: {proc.stderr.strip()}")
     return str(proc.stdout)
@@ -436,7 +436,7 @@ class SwitchResult:
 
 def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
     from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
-    from inaemu.controller.topology import star
+    from inaemu.topology.model import star
     from tests.netns import GRPC, StarNet, start_bmv2, start_softswitch
 
     started = time.monotonic()

@@ -14,10 +14,10 @@ import time
 
 from inaemu.collectives.algorithms import ALGORITHMS
 from inaemu.collectives.check import check
-from inaemu.collectives.routes import FlowRoutes
 from inaemu.collectives.schedule import Schedule, ScheduleError
-from inaemu.controller.topology import from_spec
 from inaemu.hostlib import args as arg
+from inaemu.topology.model import from_spec
+from inaemu.topology.routes import FlowRoutes
 
 SIZE = 100_000_000
 

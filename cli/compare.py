@@ -58,11 +58,8 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
-from inaemu.collectives.algorithms import ALGORITHMS, algorithm
-from inaemu.collectives.routes import ALL_PORTS, DIRECT_ROLES
-from inaemu.collectives.schedule import Schedule, ScheduleError
-from inaemu.controller.compare_worker import ATTACH_TIMEOUT, AlgoResult, Task, serve
-from inaemu.controller.demo import (
+from inaemu.cli.compare_worker import ATTACH_TIMEOUT, AlgoResult, Task, serve
+from inaemu.cli.demo import (
     DemoError,
     check_job_fits,
     demo_topology,
@@ -72,11 +69,12 @@ from inaemu.controller.demo import (
     start_switches,
     stop_switches,
 )
-from inaemu.controller.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
+from inaemu.cli.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
+from inaemu.collectives.algorithms import ALGORITHMS, algorithm
+from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
-from inaemu.controller.topology import Topology, describe_roles
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
 from inaemu.hostlib.wire import MAX_RUN
 from inaemu.mininet.accounting import (
@@ -91,6 +89,8 @@ from inaemu.mininet.accounting import (
     read_port_drops,
 )
 from inaemu.mininet.compare import Point, plot_points, size_label
+from inaemu.topology.model import Topology, describe_roles
+from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES
 
 EVERY_ALGO = ("ina", *ALGORITHMS)  # what `--algo all` runs, in this order
 COUNTERS = ("port_rx", "port_tx")

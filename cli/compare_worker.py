@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.controller.demo_worker import DemoOptions, Seat, end_with_parent, ina_client
+from inaemu.cli.demo_worker import DemoOptions, Seat, end_with_parent, ina_client
 from inaemu.hostlib.worker import digest, worker_input
 
 ATTACH_TIMEOUT = 60.0  # seconds the workers have to attach before an algorithm starts

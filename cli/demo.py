@@ -41,29 +41,29 @@ from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from inaemu.controller.demo_worker import (
+from inaemu.cli.demo_worker import (
     JOB_ID,
     Seat,
     check,
     reference,
     run_worker,
 )
-from inaemu.controller.demo_worker import DemoOptions as DemoOptions
-from inaemu.controller.demo_worker import WorkerResult as WorkerResult
+from inaemu.cli.demo_worker import DemoOptions as DemoOptions
+from inaemu.cli.demo_worker import WorkerResult as WorkerResult
 from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
-from inaemu.controller.topology import (
+from inaemu.controller.trees import parents
+from inaemu.hostlib.loopback import WireDir
+from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
+from inaemu.softswitch.fast.dataplanes import warm_up
+from inaemu.topology.model import (
     Topology,
     TopologyError,
     describe_roles,
     load_or_build,
     star,
 )
-from inaemu.controller.trees import parents
-from inaemu.hostlib.loopback import WireDir
-from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
-from inaemu.softswitch.fast.dataplanes import warm_up
 
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
 WORKER_START_TIMEOUT = 60.0  # seconds for every worker process to attach to its switch
@@ -571,7 +571,7 @@ def open_wire_dir(opts: DemoOptions) -> WireDir:
 
 def main_demo(opts: DemoOptions) -> int:
     if opts.algos:  # the comparison of INA and the host collectives
-        from inaemu.controller.compare import main_compare
+        from inaemu.cli.compare import main_compare
 
         return main_compare(opts)
     return run_and_report(

@@ -47,11 +47,9 @@ from pathlib import Path
 
 import finsy as fy
 
-from inaemu.collectives.routes import NODE_PORTS
+from inaemu.cli.compare import parse_algos
+from inaemu.cli.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
 from inaemu.controller import bmv2
-from inaemu.controller.compare import parse_algos
-from inaemu.controller.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
-from inaemu.controller.draw import DrawError
 from inaemu.controller.jobs import (
     MAX_EPOCH,
     MAX_MGID,
@@ -61,9 +59,16 @@ from inaemu.controller.jobs import (
     JobSpec,
     Placement,
 )
-from inaemu.controller.model import loss_threshold
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
-from inaemu.controller.topology import (
+from inaemu.hostlib import args as arg
+from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
+from inaemu.hostlib.wire import MAX_RUN
+from inaemu.mininet.compare import REPEATS, parse_sizes
+from inaemu.p4.constants import INA_SLOTS
+from inaemu.p4.plan import loss_threshold
+from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
+from inaemu.topology.draw import DrawError
+from inaemu.topology.model import (
     SPEC_FORMS,
     Integer,
     Items,
@@ -84,12 +89,7 @@ from inaemu.controller.topology import (
     star,
     torus,
 )
-from inaemu.hostlib import args as arg
-from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.hostlib.wire import MAX_RUN
-from inaemu.mininet.compare import REPEATS, parse_sizes
-from inaemu.p4.constants import INA_SLOTS
-from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
+from inaemu.topology.routes import NODE_PORTS
 
 
 def _state_path(args: argparse.Namespace) -> Path:
@@ -563,7 +563,7 @@ def cmd_bmv2(args: argparse.Namespace) -> int:
 
 
 def cmd_topo_show(args: argparse.Namespace) -> None:
-    from inaemu.controller.draw import draw
+    from inaemu.topology.draw import draw
 
     if not args.topology:
         raise TopologyError("topo show needs -t topology.json (or a spec such as bigraph:4x4)")
@@ -941,11 +941,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return mininet_main(argv[1:])
     if argv[:1] == ["schedule"]:
-        from inaemu.collectives.cli import main as schedule_main
+        from inaemu.cli.schedule import main as schedule_main
 
         return schedule_main(argv[1:])
     if argv[:1] == ["train"]:
-        from inaemu.controller.train import main as train_main
+        from inaemu.cli.train import main as train_main
 
         return train_main(argv[1:])
     parser = build_parser()
@@ -975,7 +975,3 @@ def main(argv: list[str] | None = None) -> int:
 def _failed(command: str, message: str) -> int:
     print(f"inaemu {command}: {message}", file=sys.stderr)
     return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

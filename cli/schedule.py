@@ -19,10 +19,10 @@ from pathlib import Path
 
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import LinkModel, check, render_table, table_row
-from inaemu.collectives.routes import NODE_PORTS, FlowRoutes
 from inaemu.collectives.schedule import ScheduleError
-from inaemu.controller.topology import TopologyError, describe_roles, load_or_build
 from inaemu.hostlib.args import ArgumentParser
+from inaemu.topology.model import TopologyError, describe_roles, load_or_build
+from inaemu.topology.routes import NODE_PORTS, FlowRoutes
 
 DEFAULT_SIZE = 100_000_000  # bytes: a ResNet-50-sized gradient in float32
 # the checker's work grows with the square of the ranks (and more): 256 take seconds

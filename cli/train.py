@@ -55,15 +55,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from inaemu.cli.demo_worker import JOB_ID, DemoOptions
 from inaemu.collectives.schedule import Schedule
-from inaemu.controller.demo_worker import JOB_ID, DemoOptions
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
-from inaemu.controller.topology import Topology, TopologyError, describe_roles, load_or_build
 from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, Launch, parse_backend
 from inaemu.hostlib.loopback import WireDir
+from inaemu.topology.model import Topology, TopologyError, describe_roles, load_or_build
 
 # the codecs that take float gradients: every one but int32
 FLOAT_INA_CODECS = tuple(c for c in sorted(CODECS) if c != "int32")
@@ -207,7 +207,7 @@ class EmbeddedNetwork:
         self._wires: WireDir | None = None
 
     def __enter__(self) -> EmbeddedNetwork:
-        from inaemu.controller.demo import (
+        from inaemu.cli.demo import (
             DemoError,
             check_job_fits,
             open_wire_dir,
@@ -241,7 +241,7 @@ class EmbeddedNetwork:
         self.close()
 
     def close(self) -> None:
-        from inaemu.controller.demo import stop_switches
+        from inaemu.cli.demo import stop_switches
 
         if self._ctl is not None:
             self._loop.run_until_complete(self._ctl.close())
@@ -736,7 +736,7 @@ def train(opts: TrainOptions, say: Any = print) -> tuple[list[BackendRun], dict[
             write_schedule(b, topo, workers, opts.out)
     net_cm: Any
     if opts.mininet:
-        from inaemu.mininet.train import MininetNetwork
+        from inaemu.cli.train_mininet import MininetNetwork
 
         net_cm = MininetNetwork(topo, workers, opts)
     else:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inaemu.collectives.schedule import Schedule
-from inaemu.controller.topology import Topology
 from inaemu.hostlib.launch import Backend, Launch
 from inaemu.mininet import debian
 from inaemu.mininet.algos import Collective, Gloo, Ina, RunSpec, run_port
@@ -27,9 +26,10 @@ from inaemu.mininet.scenario import (
     ScenarioError,
     interface_name,
 )
+from inaemu.topology.model import Topology
 
 if TYPE_CHECKING:
-    from inaemu.controller.train import TrainOptions
+    from inaemu.cli.train import TrainOptions
 
 
 class MininetNetwork:
@@ -54,7 +54,7 @@ class MininetNetwork:
         )
 
     def __enter__(self) -> MininetNetwork:
-        from inaemu.controller.train import TrainError
+        from inaemu.cli.train import TrainError
         from inaemu.mininet.run import bmv2_program
 
         try:
@@ -84,7 +84,7 @@ class MininetNetwork:
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         if self._sc is not None:
-            from inaemu.controller.train import TrainError
+            from inaemu.cli.train import TrainError
 
             try:
                 self._sc.__exit__(kind, exc, tb)
@@ -103,7 +103,7 @@ class MininetNetwork:
     def launches(
         self, backend: Backend, run: int, schedule: Schedule | None, records: Path
     ) -> list[Launch]:
-        from inaemu.controller.train import host_launch, schedule_path
+        from inaemu.cli.train import host_launch, schedule_path
 
         sc, spec = self.sc, replace(self._spec, run_id=run)
         master = sc.host_ip(self.workers[0])

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from inaemu.collectives import halving_doubling, hdrm, multitree, ps, ring
-from inaemu.collectives.routes import ALL_PORTS, check_node_ports
 from inaemu.collectives.schedule import Schedule, ScheduleError
-from inaemu.controller.topology import Topology
+from inaemu.topology.model import Topology
+from inaemu.topology.routes import ALL_PORTS, check_node_ports
 
 
 class Builder(Protocol):

@@ -35,9 +35,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inaemu.collectives.routes import ALL_PORTS, FlowRoutes, Link
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer, chunk_bounds
-from inaemu.controller.topology import Topology
+from inaemu.topology.model import Topology
+from inaemu.topology.routes import ALL_PORTS, FlowRoutes, Link
 
 
 def ranks_text(mask: int) -> str:

@@ -39,7 +39,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inaemu.collectives.routes import (
+from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Step, Transfer
+from inaemu.topology.model import Topology
+from inaemu.topology.routes import (
     ALL_PORTS,
     FlowRoutes,
     Link,
@@ -47,8 +49,6 @@ from inaemu.collectives.routes import (
     own_order,
     worker_hosts,
 )
-from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Step, Transfer
-from inaemu.controller.topology import Topology
 
 Edge = tuple[int, int, int]  # (step, parent rank, child rank)
 

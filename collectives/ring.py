@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from inaemu.collectives.routes import ALL_PORTS, DIRECT_ROLES, host_order, own_order, worker_hosts
 from inaemu.collectives.schedule import Op, Schedule, Step, Transfer
-from inaemu.controller.topology import Topology
+from inaemu.topology.model import Topology
+from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES, host_order, own_order, worker_hosts
 
 _GRID_NAME = re.compile(r"^s(\d+)_(\d+)$")
 

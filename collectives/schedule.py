@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inaemu.controller.topology import TopologyError, read_json
+from inaemu.topology.model import TopologyError, read_json
 
 SCHEDULE_FORMAT = 1  # the "format" of to_json's document; from_json refuses any other
 

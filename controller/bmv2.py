@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from inaemu.controller.topology import Topology, TopologyError
+from inaemu.topology.model import Topology, TopologyError
 
 __all__ = [
     "BINARY",

@@ -25,16 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from inaemu.controller.model import (
-    CHILD_TABLE,
-    EGRESS_TABLE,
-    JOB_TABLE,
-    ROUTE_TABLE,
-    MulticastGroup,
-    SwitchPlan,
-    TableWrite,
-)
-from inaemu.controller.topology import Topology, TopologyError
 from inaemu.controller.trees import (
     DirectedLink,
     TreeError,
@@ -47,6 +37,16 @@ from inaemu.controller.trees import TreeNode as TreeNode  # re-exported: plans n
 from inaemu.controller.trees import choose_roots as choose_roots
 from inaemu.hostlib.wire import MAX_RUN, ip_int, mac_bytes
 from inaemu.p4.constants import INA_SLOTS
+from inaemu.p4.plan import (
+    CHILD_TABLE,
+    EGRESS_TABLE,
+    JOB_TABLE,
+    ROUTE_TABLE,
+    MulticastGroup,
+    SwitchPlan,
+    TableWrite,
+)
+from inaemu.topology.model import Topology, TopologyError
 
 MAX_MGID = 0xFFFF
 MAX_EPOCH = 0xFFFF  # agg_node's epoch is bit<16>
@@ -406,7 +406,7 @@ class Router:
     BiGraph's traffic between two switches of one part goes through one fixed switch of the
     other part, ((i + j) mod N/2)-th, the same both ways, and different pairs spread over the
     part; a fat tree's and a leaf-spine's spread over the cores and spines likewise.
-    `route_plans` installs it; `inaemu.collectives.routes` walks it."""
+    `route_plans` installs it; `inaemu.topology.routes` walks it."""
 
     def __init__(self, topo: Topology) -> None:
         self.topo = topo

@@ -31,12 +31,12 @@ import finsy as fy
 from finsy.p4schema import P4ConfigResponseType
 
 from inaemu.controller.jobs import JobManager, JobRecord, JobSpec, route_plans
-from inaemu.controller.model import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.controller.stats import StatsReport, SwitchCounters
-from inaemu.controller.topology import Switch, Topology
 from inaemu.hostlib.wire import ip_str
 from inaemu.p4.constants import P4INFO_PATH
 from inaemu.p4.info import P4Info, load_p4info, p4info_diff
+from inaemu.p4.plan import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
+from inaemu.topology.model import Switch, Topology
 
 CONNECT_TIMEOUT = 10.0
 SAME_ID_WAIT = 5.0  # seconds to wait for an earlier connection with our election id to end

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inaemu.controller.jobs import TreeNode, add_tree_node, host_rewrite
-from inaemu.controller.model import SwitchPlan
-from inaemu.controller.topology import Switch
 from inaemu.hostlib.wire import MAX_FANIN
 from inaemu.p4.constants import INA_SLOTS
+from inaemu.p4.plan import SwitchPlan
+from inaemu.topology.model import Switch
 
 _DEFAULT_SWITCH = Switch("s1")  # the topology's default aggregation address
 

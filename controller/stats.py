@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inaemu.controller.jobs import JobRecord
-from inaemu.controller.topology import Topology
 from inaemu.p4.constants import DropReason, Event
+from inaemu.topology.model import Topology
 
 
 @dataclass

@@ -47,8 +47,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inaemu.controller.topology import Topology, TopologyError
 from inaemu.hostlib.wire import MAX_FANIN
+from inaemu.topology.model import Topology, TopologyError
 
 PortEnd = tuple[str, int]  # (switch, port)
 LinkKey = tuple[PortEnd, PortEnd]  # an undirected link: its two ends, sorted

@@ -36,14 +36,14 @@ import numpy.typing as npt
 
 from inaemu.collectives.algorithms import algorithm as collective_algorithm
 from inaemu.collectives.check import simulate
-from inaemu.collectives.routes import ALL_PORTS, check_node_ports
 from inaemu.collectives.schedule import Schedule, ScheduleError
-from inaemu.controller.topology import Topology
 from inaemu.hostlib.codecs import CODECS as INA_CODECS
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
 from inaemu.hostlib.collective.executor import inceptionn_error_bound
 from inaemu.mininet import compare
 from inaemu.mininet.scenario import Scenario, ScenarioError
+from inaemu.topology.model import Topology
+from inaemu.topology.routes import ALL_PORTS, check_node_ports
 
 # the runner's --codec: the INA codecs (homomorphic: a switch adds their encodings), plain
 # float32 (summed by the hosts) and INCEPTIONN (lossy, for host collectives)

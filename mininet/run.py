@@ -54,8 +54,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.collectives.routes import DIRECT_ROLES, NODE_PORTS
-from inaemu.controller.topology import Topology, TopologyError, from_spec
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import expected_sum, worker_input
@@ -112,6 +110,8 @@ from inaemu.mininet.scenario import (
     link_shaping,
 )
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
+from inaemu.topology.model import Topology, TopologyError, from_spec
+from inaemu.topology.routes import DIRECT_ROLES, NODE_PORTS
 
 PROBE_SIZE = 256 << 10  # --bw auto: elements per worker of the unshaped runs (at most)
 PROGRESS_EVERY = 10.0  # seconds between progress lines while the workers run (--progress)

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from inaemu.controller.topology import Link, Topology, TopologyError
+from inaemu.topology.model import Link, Topology, TopologyError
 
 IFNAMSIZ = 15  # the longest interface name Linux takes
 NETEM_OPTIONS = ("delay", "jitter", "loss", "max_queue_size")
@@ -182,7 +182,7 @@ def link_shaping(topo: Topology, default_bw: float | None, node_ports: str) -> l
     the default bandwidth times the node's network ports (`host_link_capacity`, the factor
     the checker's alpha-beta model uses), so that the node can drive all its links at once;
     with `1`, like every other link."""
-    from inaemu.collectives.routes import host_link_capacity
+    from inaemu.topology.routes import host_link_capacity
 
     out = []
     for i, lk in enumerate(topo.links):
@@ -514,7 +514,7 @@ class Scenario:
         after that command closed it (the stream's end reaches the switch asynchronously);
         a command refused for that alone, before it wrote anything, is tried again for up to
         PRIMARY_WAIT seconds."""
-        from inaemu.controller.cli import main as cli_main
+        from inaemu.cli.main import main as cli_main
 
         if self._finsy_log is None:  # finsy's own messages: into the logs, not the terminal
             self._finsy_log = logging.FileHandler(self.run.logs / "finsy.log")

@@ -3,7 +3,7 @@ multi-switch fabrics without gRPC): the in-process twin of the controller's P4Ru
 
 from __future__ import annotations
 
-from inaemu.controller.model import SwitchPlan, TableWrite
+from inaemu.p4.plan import SwitchPlan, TableWrite
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, TableEntry
 

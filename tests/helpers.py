@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.controller.star import Worker, star_job_plan
 from inaemu.p4.constants import Event
+from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.switch import SoftSwitch

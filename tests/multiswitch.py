@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
-from inaemu.controller.topology import Topology
 from inaemu.hostlib.wire import (
     FRAME_BYTES,
     INA_BYTES,
@@ -22,8 +20,10 @@ from inaemu.hostlib.wire import (
     ip_int,
     mac_bytes,
 )
+from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.plan import apply_to_pipeline
+from inaemu.topology.model import Topology
 
 
 def fabric_of(topo: Topology, *, seed: int = 0) -> Fabric:

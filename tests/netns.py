@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 
 from inaemu.controller.bmv2 import THRIFT_BASE, notifications_address, simple_switch_grpc_argv
-from inaemu.controller.topology import Topology
+from inaemu.topology.model import Topology
 
 _serial = count()
 GRPC = "127.0.0.1:9559"  # inside the switch's own namespace, so never taken

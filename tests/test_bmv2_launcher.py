@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from inaemu.cli import main as cli
 from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
-from inaemu.controller import cli
 from inaemu.controller.bmv2 import free_ports, simple_switch_grpc_argv
-from inaemu.controller.topology import Topology
+from inaemu.topology.model import Topology
 from tests.bmv2_grpc import grpc_missing
 
 BMV2_MISSING = grpc_missing() or bmv2_available()
@@ -24,7 +24,7 @@ BMV2_MISSING = grpc_missing() or bmv2_available()
 
 def inaemu(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inaemu.controller.cli", *args],
+        [sys.executable, "-m", "inaemu.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -125,7 +125,7 @@ def test_bmv2_runs_a_topology_that_the_controller_programs(tmp_path: Path) -> No
         *("--device-id", "5"),
     )
     assert out.returncode == 0, out.stderr
-    argv = [sys.executable, "-m", "inaemu.controller.cli", "bmv2", "-t", str(topology)]
+    argv = [sys.executable, "-m", "inaemu.cli", "bmv2", "-t", str(topology)]
     launcher = subprocess.Popen(
         [*argv, "--thrift-port", "0"],
         stdout=subprocess.PIPE,

@@ -17,11 +17,12 @@ from typing import Any
 import grpc
 import pytest
 
-from inaemu.collectives import cli as schedule_cli
+from inaemu.cli import demo
+from inaemu.cli import main as cli
+from inaemu.cli import schedule as schedule_cli
 from inaemu.collectives import ring
-from inaemu.controller import cli, demo, p4rt, topology
+from inaemu.controller import p4rt
 from inaemu.controller.stats import StatsReport, SwitchCounters
-from inaemu.controller.topology import Topology, star
 from inaemu.hostlib import worker as ina_worker
 from inaemu.hostlib.collective import worker as rank_worker
 from inaemu.hostlib.loopback import WireDir, WireError
@@ -30,6 +31,8 @@ from inaemu.mininet import run as mininet_run
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
+from inaemu.topology import model as topology
+from inaemu.topology.model import Topology, star
 from tests import netns
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once

@@ -16,9 +16,7 @@ import pytest
 from finsy.proto import p4r
 
 from inaemu.controller.jobs import JobError, JobSpec
-from inaemu.controller.model import CHILD_TABLE
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
-from inaemu.controller.topology import Topology, leaf_spine, star
 from inaemu.hostlib.wire import (
     INA_OFFSET,
     Endpoint,
@@ -33,10 +31,12 @@ from inaemu.hostlib.wire import (
     slot_field,
 )
 from inaemu.p4.constants import P4INFO_PATH, DropReason
+from inaemu.p4.plan import CHILD_TABLE
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, TableEntry
+from inaemu.topology.model import Topology, leaf_spine, star
 
 T = TypeVar("T")
 
@@ -310,7 +310,7 @@ def test_cli_job_commands(tmp_path: Path) -> None:
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [sys.executable, "-m", "inaemu.controller.cli", *args],
+                [sys.executable, "-m", "inaemu.cli", *args],
                 capture_output=True,
                 text=True,
                 timeout=60,

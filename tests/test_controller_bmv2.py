@@ -22,7 +22,7 @@ pytestmark = [
 
 def inaemu(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inaemu.controller.cli", *args],
+        [sys.executable, "-m", "inaemu.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-INAEMU = [sys.executable, "-m", "inaemu.controller.cli"]
+INAEMU = [sys.executable, "-m", "inaemu.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 
 

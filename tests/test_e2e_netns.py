@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
-from inaemu.controller.topology import Topology, star
 from inaemu.hostlib.worker import worker_input
+from inaemu.topology.model import Topology, star
 from tests.bmv2_grpc import grpc_missing
 from tests.netns import GRPC, StarNet, namespaces_missing, start_bmv2, start_softswitch
 
@@ -43,7 +43,7 @@ class Network:
     size: int
 
     def inaemu(self, *args: str) -> str:
-        proc = self.net.run_in_switch([sys.executable, "-m", "inaemu.controller.cli", *args])
+        proc = self.net.run_in_switch([sys.executable, "-m", "inaemu.cli", *args])
         assert proc.returncode == 0, f"inaemu {' '.join(args)}: {proc.stderr}"
         return proc.stdout
 

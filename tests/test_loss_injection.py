@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.p4.constants import DropReason
+from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.plan import apply_to_pipeline
 

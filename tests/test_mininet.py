@@ -33,7 +33,6 @@ import numpy as np
 import pytest
 
 from inaemu.conformance.pcap import read_pcap
-from inaemu.controller.topology import Link, star
 from inaemu.hostlib.codecs import make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.wire import FRAME_BYTES, K
@@ -43,6 +42,7 @@ from inaemu.mininet.algos import ALGORITHMS, Algorithm, algorithm, register
 from inaemu.mininet.run import default_run_dir, expected_result, parse_size, tcpdump_missed
 from inaemu.mininet.scenario import link_params
 from inaemu.mininet.scenario import root_interfaces as root_ifs
+from inaemu.topology.model import Link, star
 from tests.netns import namespaces_missing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,7 +200,7 @@ def test_a_foreign_mininet_module_is_refused(
 
 def test_cli_dispatches_to_the_runner() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "inaemu.controller.cli", "mininet", "--help"],
+        [sys.executable, "-m", "inaemu.cli", "mininet", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -28,8 +28,6 @@ from hypothesis import strategies as st
 
 from inaemu.collectives.algorithms import algorithm as collective
 from inaemu.collectives.check import step_bytes
-from inaemu.collectives.routes import FlowRoutes
-from inaemu.controller.topology import Topology, from_spec, star
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet.accounting import ProcessUse, Usage, two_digits_down
@@ -63,6 +61,8 @@ from inaemu.mininet.run import (
     truth,
 )
 from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
+from inaemu.topology.model import Topology, from_spec, star
+from inaemu.topology.routes import FlowRoutes
 from tests.test_mininet import assert_removed, mininet, mininet_ready  # noqa: F401 (fixture)
 
 STAR4 = ("h1", "h2", "h3", "h4")

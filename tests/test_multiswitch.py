@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inaemu.controller import cli
+from inaemu.cli import main as cli
 from inaemu.controller.jobs import JobSpec
-from inaemu.controller.model import CHILD_TABLE, EGRESS_TABLE, JOB_TABLE
 from inaemu.controller.p4rt import Controller, ControllerError
-from inaemu.controller.topology import Topology, bigraph, leaf_spine
 from inaemu.hostlib.wire import K
+from inaemu.p4.plan import CHILD_TABLE, EGRESS_TABLE, JOB_TABLE
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.state import ActionCall, TableEntry
+from inaemu.topology.model import Topology, bigraph, leaf_spine
 from tests.multiswitch import fabric_of
 from tests.test_tree import chunk_frame
 

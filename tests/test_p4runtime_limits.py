@@ -23,11 +23,10 @@ import pytest
 from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
 from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
-from inaemu.controller import cli
+from inaemu.cli import main as cli
 from inaemu.controller.jobs import JobSpec
 from inaemu.controller.p4rt import Controller as InaController
 from inaemu.controller.p4rt import ControllerError
-from inaemu.controller.topology import Topology, star
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import K
@@ -36,6 +35,7 @@ from inaemu.softswitch.p4runtime.read import READ_MAX_ENTITIES, ReadLimits
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.p4runtime.write import MAX_REPLICAS
 from inaemu.softswitch.pipeline import Pipeline
+from inaemu.topology.model import Topology, star
 from tests.test_p4runtime_hardening import RawStream, arbitration
 from tests.test_p4runtime_server import (
     CODE,

@@ -71,14 +71,16 @@ def test_only_the_inaemu_namespace_is_installed(installed: Path, tmp_path: Path)
         "p4",
         "mininet",
         "collectives",
+        "topology",
+        "cli",
     ):
         proc = _run(installed, "-c", f"import {generic}", cwd=tmp_path)
         assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, generic
     proc = _run(
         installed,
         "-c",
-        "import inaemu.controller.cli, inaemu.hostlib.client, inaemu.softswitch.pipeline; "
-        "print(inaemu.controller.cli.__file__)",
+        "import inaemu.cli.main, inaemu.hostlib.client, inaemu.softswitch.pipeline; "
+        "print(inaemu.cli.main.__file__)",
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
@@ -86,7 +88,7 @@ def test_only_the_inaemu_namespace_is_installed(installed: Path, tmp_path: Path)
 
 
 def test_installed_commands_find_their_data(installed: Path, tmp_path: Path) -> None:
-    proc = _run(installed, "-m", "inaemu.controller.cli", "conformance", "-k", "sum_", cwd=tmp_path)
+    proc = _run(installed, "-m", "inaemu.cli", "conformance", "-k", "sum_", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "6 passed, 0 failed" in proc.stdout  # 3 cases on both softswitch data planes
     proc = _run(

@@ -26,18 +26,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inaemu.cli.compare import collective_schedules, schedule_task, worker_seat
+from inaemu.cli.compare_worker import task_rank
 from inaemu.collectives.algorithms import ALGORITHMS
 from inaemu.collectives.check import step_loads
-from inaemu.collectives.routes import NODE_PORTS, FlowRoutes, Link, host_link_capacity
 from inaemu.collectives.schedule import Schedule, ScheduleError
-from inaemu.controller.compare import collective_schedules, schedule_task, worker_seat
-from inaemu.controller.compare_worker import task_rank
-from inaemu.controller.topology import Topology, TopologyError, from_spec
 from inaemu.hostlib.collective import worker as collective_worker
 from inaemu.hostlib.collective.peers import parse_peers
 from inaemu.mininet.algos import Collective, RunSpec
 from inaemu.mininet.run import choose, natural
 from inaemu.mininet.scenario import MAX_BW, NetOptions, RunDir, Scenario, link_shaping
+from inaemu.topology.model import Topology, TopologyError, from_spec
+from inaemu.topology.routes import NODE_PORTS, FlowRoutes, Link, host_link_capacity
 
 FAMILIES = ("star:4", "leaf-spine:2x2x2", "fat-tree:4", "bigraph:2x4", "torus:3x3", "mesh:3x3")
 DIRECT = ("torus:3x3", "mesh:3x3")

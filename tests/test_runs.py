@@ -15,10 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from inaemu.controller import cli
-from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
+from inaemu.cli import main as cli
 from inaemu.controller.star import star_job_plan
-from inaemu.controller.topology import star
 from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
@@ -31,8 +29,10 @@ from inaemu.hostlib.wire import (
     seq_field,
 )
 from inaemu.p4.constants import Event
+from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, TableEntry
+from inaemu.topology.model import star
 from tests.helpers import accounted, run_threads, running_switch, workers
 
 
@@ -378,7 +378,7 @@ def test_controller_continues_the_epochs_it_is_given() -> None:
     """A restarted controller handed the last epochs gives the next installation a new one."""
     from inaemu.controller.jobs import JobSpec
     from inaemu.controller.p4rt import Controller
-    from inaemu.controller.topology import star
+    from inaemu.topology.model import star
 
     ctl = Controller(star(2), epochs={"s1": 41})
     assert ctl.jobs.plan_add(JobSpec(1, ("h1", "h2"), pool_size=4)).epochs == {"s1": 42}

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inaemu.collectives import cli as schedule_cli
+from inaemu.cli import main as controller_cli
+from inaemu.cli import schedule as schedule_cli
 from inaemu.collectives import hdrm, multitree, ps, ring
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import (
@@ -26,12 +27,11 @@ from inaemu.collectives.check import (
     step_loads,
 )
 from inaemu.collectives.halving_doubling import hd_steps
-from inaemu.collectives.routes import FlowRoutes, RouteError
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer
-from inaemu.controller import cli as controller_cli
 from inaemu.controller.jobs import route_plans
-from inaemu.controller.topology import Topology, bigraph, from_spec, mesh, torus
 from inaemu.hostlib.wire import ip_int
+from inaemu.topology.model import Topology, bigraph, from_spec, mesh, torus
+from inaemu.topology.routes import FlowRoutes, RouteError
 
 SIZE = 1_000_003  # bytes; not a multiple of any chunk count used here
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

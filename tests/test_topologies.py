@@ -14,19 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inaemu.controller.jobs import JobManager, JobSpec, route_plans
-from inaemu.controller.topology import (
-    MAX_PORT,
-    Topology,
-    TopologyError,
-    bigraph,
-    fat_tree,
-    from_spec,
-    grid_switch,
-    leaf_spine,
-    mesh,
-    star,
-    torus,
-)
 from inaemu.controller.trees import (
     TreeNode,
     build_trees,
@@ -52,6 +39,19 @@ from inaemu.hostlib.wire import (
     slot_field,
 )
 from inaemu.softswitch.fabric import Fabric
+from inaemu.topology.model import (
+    MAX_PORT,
+    Topology,
+    TopologyError,
+    bigraph,
+    fat_tree,
+    from_spec,
+    grid_switch,
+    leaf_spine,
+    mesh,
+    star,
+    torus,
+)
 from tests.multiswitch import fabric_of, install, ipv4_frame
 
 # ---------------------------------------------------------------------- builders
@@ -556,7 +556,7 @@ def test_built_in_topologies_with_any_tree_count_are_balanced(spec: str) -> None
 
 
 def test_cli_writes_every_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from inaemu.controller import cli
+    from inaemu.cli import main as cli
 
     cases = [
         (["bigraph", "--hosts", "2", "--switches", "6"], bigraph(2, 6)),
@@ -575,7 +575,7 @@ def test_cli_writes_every_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_topo_show_draws_svg_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from inaemu.controller import cli
+    from inaemu.cli import main as cli
 
     path = tmp_path / "bg.json"
     bigraph(2, 4).save(path)
@@ -598,7 +598,7 @@ def test_topo_show_without_the_drawing_library_says_what_to_install(
 ) -> None:
     import sys
 
-    from inaemu.controller import cli
+    from inaemu.cli import main as cli
 
     monkeypatch.setitem(sys.modules, missing, None)  # import fails as if not installed
     out = tmp_path / "t.svg"
@@ -610,7 +610,7 @@ def test_topo_show_without_the_drawing_library_says_what_to_install(
 
 
 def test_layouts_put_roles_in_layers_and_grids_in_place() -> None:
-    from inaemu.controller.draw import grid_positions, layered_positions, positions
+    from inaemu.topology.draw import grid_positions, layered_positions, positions
 
     bg = bigraph(2, 4)
     pos = layered_positions(bg)

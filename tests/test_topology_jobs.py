@@ -17,10 +17,10 @@ from inaemu.controller.jobs import (
     next_epoch,
     route_plans,
 )
-from inaemu.controller.topology import Topology, TopologyError, fat_tree, leaf_spine, star
 from inaemu.hostlib.wire import ip_int
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.plan import apply_to_pipeline
+from inaemu.topology.model import Topology, TopologyError, fat_tree, leaf_spine, star
 
 
 def test_json_round_trip(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import numpy.typing as npt
 import pytest
 
 from inaemu.controller.jobs import JobManager, JobRecord, JobSpec
-from inaemu.controller.topology import Topology, bigraph, leaf_spine
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.wire import (
     INA_OFFSET,
@@ -31,6 +30,7 @@ from inaemu.hostlib.wire import (
 from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.state import ActionCall, TableEntry
+from inaemu.topology.model import Topology, bigraph, leaf_spine
 from tests.helpers import accounted, run_threads
 from tests.multiswitch import FabricNetwork, fabric_of, install, inter_switch_ports, set_loss
 

@@ -15,8 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inaemu.controller.jobs import route_plans
-from inaemu.controller.model import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
-from inaemu.controller.topology import star
 from inaemu.hostlib.collective.peers import PeerChannel, PeerError
 from inaemu.hostlib.collective.wire_peers import (
     MAX_WINDOW,
@@ -32,8 +30,10 @@ from inaemu.hostlib.collective.wire_peers import (
 )
 from inaemu.hostlib.wire import Endpoint
 from inaemu.p4.constants import DropReason
+from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.switch import SoftSwitch
+from inaemu.topology.model import star
 
 
 def segments_of(messages: list[bytes], size: int) -> list[DataSegment]:

@@ -612,7 +612,7 @@ def test_two_softswitch_processes_linked_by_the_cli_run_a_job(tmp_path: Path) ->
 
     from inaemu.controller.jobs import JobSpec
     from inaemu.controller.p4rt import Controller
-    from inaemu.controller.topology import Topology
+    from inaemu.topology.model import Topology
 
     wires = tmp_path / "w"
     s1 = softswitch("--preconfigured", "--wire-dir", str(wires), "--wires", "1", "--link", "2=s2.1")

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from inaemu.controller.topology import Topology
+from inaemu.topology.model import Topology
 
 FORMATS = (".svg", ".png", ".pdf")
 # layer of each known role, from the top

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inaemu.controller.jobs import Router
-from inaemu.controller.topology import Topology, TopologyError
+from inaemu.topology.model import Topology, TopologyError
 
 Link = tuple[str, str]
 
