@@ -41,9 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inaemu.collectives.halving_doubling import hd_steps
+from inaemu.collectives.ranks import own_order
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.topology.model import Topology
-from inaemu.topology.routes import ALL_PORTS, own_order
+from inaemu.topology.routes import ALL_PORTS
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inaemu.collectives.ranks import host_order, own_order, worker_hosts
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Step, Transfer
 from inaemu.topology.model import Topology
-from inaemu.topology.routes import (
-    ALL_PORTS,
-    FlowRoutes,
-    Link,
-    host_order,
-    own_order,
-    worker_hosts,
-)
+from inaemu.topology.routes import ALL_PORTS, FlowRoutes, Link
 
 Edge = tuple[int, int, int]  # (step, parent rank, child rank)
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inaemu.collectives.ranks import host_order, own_order, worker_hosts
 from inaemu.collectives.schedule import Op, Schedule, Step, Transfer
 from inaemu.topology.model import Topology
-from inaemu.topology.routes import ALL_PORTS, host_order, own_order, worker_hosts
+from inaemu.topology.routes import ALL_PORTS
 
 
 def ps_steps(n: int) -> tuple[Step, ...]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from inaemu.collectives.ranks import host_order, own_order, worker_hosts
 from inaemu.collectives.schedule import Op, Schedule, Step, Transfer
 from inaemu.topology.model import Topology
-from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES, host_order, own_order, worker_hosts
+from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES
 
 _GRID_NAME = re.compile(r"^s(\d+)_(\d+)$")
 

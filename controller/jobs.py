@@ -35,7 +35,7 @@ from inaemu.controller.trees import (
 )
 from inaemu.controller.trees import TreeNode as TreeNode  # re-exported: plans name it
 from inaemu.controller.trees import choose_roots as choose_roots
-from inaemu.hostlib.wire import MAX_RUN, ip_int, mac_bytes
+from inaemu.hostlib.wire import MAX_RUN
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.p4.plan import (
     CHILD_TABLE,
@@ -46,7 +46,9 @@ from inaemu.p4.plan import (
     SwitchPlan,
     TableWrite,
 )
+from inaemu.topology.addresses import ip_int, mac_bytes
 from inaemu.topology.model import Topology, TopologyError
+from inaemu.topology.routes import Router
 
 MAX_MGID = 0xFFFF
 MAX_EPOCH = 0xFFFF  # agg_node's epoch is bit<16>
@@ -387,46 +389,9 @@ class JobManager:
                 del self.egress_refs[(sw, port)]
 
 
-def next_hops(topo: Topology, home: str) -> dict[str, list[int]]:
-    """switch -> its ports on shortest paths towards switch `home` (port order); `home` and
-    switches that cannot reach it are left out."""
-    adj = topo.adjacency()
-    dist = topo.distances(home)
-    return {
-        sw: [p for p, (peer, _) in sorted(adj[sw].items()) if dist.get(peer, -1) == d - 1]
-        for sw, d in dist.items()
-        if d > 0
-    }
-
-
-class Router:
-    """The one definition of where ordinary (non-INA) traffic goes: shortest paths, the next
-    hop chosen among equally short ones by the switches' positions in the topology, (i + j)
-    mod (number of choices) for the i-th switch forwarding towards a host on the j-th. So a
-    BiGraph's traffic between two switches of one part goes through one fixed switch of the
-    other part, ((i + j) mod N/2)-th, the same both ways, and different pairs spread over the
-    part; a fat tree's and a leaf-spine's spread over the cores and spines likewise.
-    `route_plans` installs it; `inaemu.topology.routes` walks it."""
-
-    def __init__(self, topo: Topology) -> None:
-        self.topo = topo
-        self.index = {sw: i for i, sw in enumerate(topo.switches)}
-        self._hops: dict[str, dict[str, list[int]]] = {}
-
-    def port_towards(self, sw: str, home: str) -> int | None:
-        """The port switch `sw` sends traffic for a host on switch `home` out of (`sw` is
-        not `home`); None if `sw` cannot reach `home`."""
-        if home not in self._hops:
-            self._hops[home] = next_hops(self.topo, home)
-        ports = self._hops[home].get(sw)
-        if not ports:
-            return None
-        return ports[(self.index[sw] + self.index[home]) % len(ports)]
-
-
 def route_plans(topo: Topology) -> dict[str, SwitchPlan]:
     """/32 routes to every host on every switch, for ordinary traffic, along `Router`'s
-    paths."""
+    paths (`inaemu.topology.routes`)."""
     router = Router(topo)
     plans = {sw: SwitchPlan() for sw in topo.switches}
     for host in topo.hosts.values():

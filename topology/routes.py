@@ -1,5 +1,6 @@
-"""The directed links a host-to-host flow crosses: the path ordinary traffic takes
-(`inaemu.controller.jobs.Router`, the same one `route_plans` installs), host links included.
+"""Host-to-host routes: where ordinary (non-INA) traffic goes (`Router`: the one definition,
+which the controller installs as /32 routes, `inaemu.controller.jobs.route_plans`), and the
+directed links a host-to-host flow crosses on that path, host links included (`FlowRoutes`).
 
 A link is a (node, node) pair in the direction of travel: a flow from h1 on s1 to h2 on s2
 crosses ("h1", "s1"), ("s1", "s2"), ("s2", "h2").
@@ -23,9 +24,6 @@ NIC whatever the model, and two flows out of (or into) one host in one step cont
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from inaemu.controller.jobs import Router
 from inaemu.topology.model import Topology, TopologyError
 
 Link = tuple[str, str]
@@ -66,6 +64,43 @@ def host_link_capacity(topo: Topology, host: str, node_ports: str) -> int:
     if node_ports != ALL_PORTS or topo.switches[sw].role not in DIRECT_ROLES:
         return 1
     return max(1, network_ports(topo, sw))
+
+
+def next_hops(topo: Topology, home: str) -> dict[str, list[int]]:
+    """switch -> its ports on shortest paths towards switch `home` (port order); `home` and
+    switches that cannot reach it are left out."""
+    adj = topo.adjacency()
+    dist = topo.distances(home)
+    return {
+        sw: [p for p, (peer, _) in sorted(adj[sw].items()) if dist.get(peer, -1) == d - 1]
+        for sw, d in dist.items()
+        if d > 0
+    }
+
+
+class Router:
+    """The one definition of where ordinary (non-INA) traffic goes: shortest paths, the next
+    hop chosen among equally short ones by the switches' positions in the topology, (i + j)
+    mod (number of choices) for the i-th switch forwarding towards a host on the j-th. So a
+    BiGraph's traffic between two switches of one part goes through one fixed switch of the
+    other part, ((i + j) mod N/2)-th, the same both ways, and different pairs spread over the
+    part; a fat tree's and a leaf-spine's spread over the cores and spines likewise.
+    `inaemu.controller.jobs.route_plans` installs it; `FlowRoutes` walks it."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.index = {sw: i for i, sw in enumerate(topo.switches)}
+        self._hops: dict[str, dict[str, list[int]]] = {}
+
+    def port_towards(self, sw: str, home: str) -> int | None:
+        """The port switch `sw` sends traffic for a host on switch `home` out of (`sw` is
+        not `home`); None if `sw` cannot reach `home`."""
+        if home not in self._hops:
+            self._hops[home] = next_hops(self.topo, home)
+        ports = self._hops[home].get(sw)
+        if not ports:
+            return None
+        return ports[(self.index[sw] + self.index[home]) % len(ports)]
 
 
 class RouteError(TopologyError):
@@ -154,39 +189,3 @@ class FlowRoutes:
     def hops(self, a: str, b: str) -> int:
         """Switch-to-switch links between hosts `a` and `b`."""
         return len(self.links(a, b)) - 2
-
-
-def host_order(topo: Topology) -> list[str]:
-    """The topology's hosts, the default rank order: as the topology lists them (the
-    builders list them switch by switch, in port order)."""
-    return list(topo.hosts)
-
-
-def worker_hosts(
-    topo: Topology, hosts: Sequence[str] | None, default: Sequence[str]
-) -> tuple[str, ...]:
-    """The workers in rank order: `hosts` if given (each a host of the topology, once),
-    else `default`."""
-    if hosts is None:
-        return tuple(default)
-    if not hosts:
-        raise RouteError("no workers: name at least one host")
-    for h in hosts:
-        if h not in topo.hosts:
-            names = list(topo.hosts)
-            shown = ", ".join(names[:4]) + (f", ... {names[-1]}" if len(names) > 4 else "")
-            raise RouteError(f"unknown worker {h!r}; the topology's hosts are {shown}")
-    seen = [h for i, h in enumerate(hosts) if h in hosts[:i]]
-    if seen:
-        raise RouteError(f"worker {seen[0]!r} is named twice")
-    return tuple(hosts)
-
-
-def own_order(topo: Topology, default: Sequence[str], among: Sequence[str] | None) -> list[str]:
-    """An algorithm's rank order over the workers `among` (every host if None): its order
-    for the whole topology, `default`, keeping only the workers. `RouteError` for a worker
-    that is not a host, or one named twice."""
-    if among is None:
-        return list(default)
-    wanted = set(worker_hosts(topo, among, ()))
-    return [h for h in default if h in wanted]
