@@ -856,8 +856,9 @@ def ipv4_frame(
 ) -> bytes:
     import struct
 
-    from inaemu.hostlib.wire import ip_int as ipi
-    from inaemu.hostlib.wire import ipv4_checksum, mac_bytes
+    from inaemu.hostlib.wire import ipv4_checksum
+    from inaemu.topology.addresses import ip_int as ipi
+    from inaemu.topology.addresses import mac_bytes
 
     total = 20 + len(payload)
     hdr = struct.pack("!BBHHHBBHII", 0x45, 0, total, 1, 0, ttl, proto, 0, ipi(src.ip), ipi(dst_ip))

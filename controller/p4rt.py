@@ -32,10 +32,10 @@ from finsy.p4schema import P4ConfigResponseType
 
 from inaemu.controller.jobs import JobManager, JobRecord, JobSpec, route_plans
 from inaemu.controller.stats import StatsReport, SwitchCounters
-from inaemu.hostlib.wire import ip_str
 from inaemu.p4.constants import P4INFO_PATH
 from inaemu.p4.info import P4Info, load_p4info, p4info_diff
 from inaemu.p4.plan import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
+from inaemu.topology.addresses import ip_str
 from inaemu.topology.model import Switch, Topology
 
 CONNECT_TIMEOUT = 10.0

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.topology.addresses import ip_int, mac_bytes
+
 INA_UDP_PORT = 47500
 INA_VERSION = 1
 K = 64  # lanes per packet; a compile-time constant of the P4 program (INA_K)
@@ -122,31 +124,6 @@ FRAME_DTYPE = np.dtype(
     ]
 )
 assert FRAME_DTYPE.itemsize == FRAME_BYTES
-
-
-def mac_bytes(mac: str | bytes) -> bytes:
-    if isinstance(mac, bytes):
-        if len(mac) != 6:
-            raise ValueError(f"MAC address must be 6 bytes, got {len(mac)}")
-        return mac
-    parts = mac.split(":")
-    if len(parts) != 6:
-        raise ValueError(f"bad MAC address {mac!r}: expected six ':'-separated octets")
-    return bytes(int(p, 16) for p in parts)
-
-
-def ip_int(ip: str | int) -> int:
-    if isinstance(ip, int):
-        return ip
-    parts = ip.split(".")
-    if len(parts) != 4 or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
-        raise ValueError(f"bad IPv4 address {ip!r}")
-    a, b, c, d = (int(p) for p in parts)
-    return (a << 24) | (b << 16) | (c << 8) | d
-
-
-def ip_str(ip: int) -> str:
-    return ".".join(str((ip >> s) & 0xFF) for s in (24, 16, 8, 0))
 
 
 def ipv4_checksum(header: bytes) -> int:

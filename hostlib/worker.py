@@ -53,7 +53,7 @@ from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
 from inaemu.hostlib.codecs import CODECS, make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.transport import TransportError, UdpTransport
-from inaemu.hostlib.wire import mac_bytes
+from inaemu.topology.addresses import mac_bytes
 
 
 def worker_input(

@@ -17,12 +17,11 @@ from inaemu.hostlib.wire import (
     INA_OFFSET,
     Endpoint,
     FrameTemplate,
-    ip_int,
-    mac_bytes,
 )
 from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.plan import apply_to_pipeline
+from inaemu.topology.addresses import ip_int, mac_bytes
 from inaemu.topology.model import Topology
 
 

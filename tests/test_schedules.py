@@ -29,7 +29,7 @@ from inaemu.collectives.check import (
 from inaemu.collectives.halving_doubling import hd_steps
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer
 from inaemu.controller.jobs import route_plans
-from inaemu.hostlib.wire import ip_int
+from inaemu.topology.addresses import ip_int
 from inaemu.topology.model import Topology, bigraph, from_spec, mesh, torus
 from inaemu.topology.routes import FlowRoutes, RouteError
 

@@ -32,13 +32,13 @@ from inaemu.hostlib.wire import (
     InaHeader,
     K,
     Opcode,
-    ip_int,
     pack_frames,
     pack_payloads,
     parse_frames,
     slot_field,
 )
 from inaemu.softswitch.fabric import Fabric
+from inaemu.topology.addresses import ip_int
 from inaemu.topology.model import (
     MAX_PORT,
     Topology,

@@ -17,9 +17,9 @@ from inaemu.controller.jobs import (
     next_epoch,
     route_plans,
 )
-from inaemu.hostlib.wire import ip_int
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.plan import apply_to_pipeline
+from inaemu.topology.addresses import ip_int
 from inaemu.topology.model import Topology, TopologyError, fat_tree, leaf_spine, star
 
 

@@ -20,7 +20,6 @@ from inaemu.hostlib.wire import (
     InaHeader,
     K,
     Opcode,
-    ip_int,
     pack_frames,
     pack_payloads,
     parse_frames,
@@ -30,6 +29,7 @@ from inaemu.hostlib.wire import (
 from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.state import ActionCall, TableEntry
+from inaemu.topology.addresses import ip_int
 from inaemu.topology.model import Topology, bigraph, leaf_spine
 from tests.helpers import accounted, run_threads
 from tests.multiswitch import FabricNetwork, fabric_of, install, inter_switch_ports, set_loss

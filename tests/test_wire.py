@@ -11,6 +11,7 @@ from scapy.layers.l2 import Ether
 from inaemu.hostlib import wire
 from inaemu.hostlib.scapy_ina import INA
 from inaemu.hostlib.wire import FRAME_BYTES, INA_UDP_PORT, Endpoint, FrameTemplate, InaHeader, K
+from inaemu.topology import addresses
 
 SRC = Endpoint("00:00:00:00:00:01", "10.0.0.1")
 DST = Endpoint("00:00:00:00:00:fe", "10.0.0.254")
@@ -87,9 +88,9 @@ def test_bad_addresses_are_refused_clearly() -> None:
     import pytest
 
     with pytest.raises(ValueError, match="MAC"):
-        wire.mac_bytes("00:11")
+        addresses.mac_bytes("00:11")
     with pytest.raises(ValueError, match="IPv4"):
-        wire.ip_int("10.0.0.300")
+        addresses.ip_int("10.0.0.300")
     with pytest.raises(ValueError, match="slot index"):
         wire.slot_field(0x8000, 0)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from inaemu.hostlib.wire import ip_int, mac_bytes
 from inaemu.p4.constants import DROP_PORT
+from inaemu.topology.addresses import ip_int, mac_bytes
 
 _END = re.compile(r"^(?P<node>[A-Za-z_][\w.]*)-p(?P<port>\d+)$")
 MAX_PORT = DROP_PORT - 1  # the highest port a link may use

@@ -61,10 +61,9 @@ from inaemu.hostlib.wire import (
     IPV4_BYTES,
     UDP_BYTES,
     Endpoint,
-    ip_int,
     ipv4_checksum,
-    mac_bytes,
 )
+from inaemu.topology.addresses import ip_int, mac_bytes
 
 COLLECTIVE_UDP_PORT = 47501  # next to INA's 47500: plain IPv4 to the switches, routed by /32
 MAGIC = 0xC7
