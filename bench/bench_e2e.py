@@ -435,7 +435,8 @@ class SwitchResult:
 
 
 def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
-    from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
+    from inaemu.conformance.bmv2_target import bmv2_available
+    from inaemu.p4.build import compile_p4
     from inaemu.topology.model import star
     from tests.netns import GRPC, StarNet, start_bmv2, start_softswitch
 

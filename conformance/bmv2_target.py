@@ -16,7 +16,6 @@ why not otherwise.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -45,10 +44,10 @@ from inaemu.conformance.stf import (
     compare,
     match_values,
 )
-from inaemu.p4.constants import P4_DIR
+from inaemu.p4.build import P4C
 from inaemu.p4.info import P4Info, load_p4info
 
-TOOLS = ("p4c-bm2-ss", "simple_switch", "simple_switch_CLI")
+TOOLS = (P4C, "simple_switch", "simple_switch_CLI")
 START_TIMEOUT_S = 30.0  # simple_switch opens its thrift port within this, even on a busy machine
 CLI_TIMEOUT_S = 60.0  # one simple_switch_CLI run (the setup of 600 multicast nodes included)
 QUIET_S = 0.25  # after the expected frames: this long without one, and no frame is missing
@@ -62,40 +61,6 @@ def bmv2_available() -> str | None:
     """None if bmv2 can run the cases here, else the reason it cannot."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     return f"not on PATH: {', '.join(missing)}" if missing else None
-
-
-def default_build_dir() -> Path:
-    """p4/build in a source tree; a per-user cache when the package is installed read-only."""
-    if os.access(P4_DIR, os.W_OK):
-        return P4_DIR / "build"
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "inaemu" / "p4-build"
-
-
-def compile_p4(build_dir: Path | None = None) -> Path:
-    """Compile p4/ina.p4 with p4c-bm2-ss (cached by source hash); return the bmv2 JSON."""
-    sources = [P4_DIR / "ina.p4", *sorted((P4_DIR / "include").glob("*.p4"))]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
-    build = build_dir or default_build_dir()
-    build.mkdir(parents=True, exist_ok=True)
-    out = build / f"ina-{digest}.json"
-    if not out.exists():
-        subprocess.run(
-            [
-                "p4c-bm2-ss",
-                "--p4v",
-                "16",
-                "--p4runtime-files",
-                str(build / "ina.p4info.txt"),
-                "-o",
-                str(out),
-                str(P4_DIR / "ina.p4"),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    return out
 
 
 # simple_switch_CLI's `counter_read` answers, in the two formats bmv2 has printed:

@@ -707,13 +707,15 @@ def default_run_dir(label: str, switch: str, algo: str) -> Path:
 
 def bmv2_program(run: RunDir) -> Path:
     """ina.p4 compiled for bmv2 (cached by p4/'s source hash), copied into the run's build/."""
-    from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
+    from inaemu.controller.bmv2 import BINARY
+    from inaemu.p4.build import P4C, compile_p4
 
-    missing = bmv2_available()
-    if missing is None and shutil.which("simple_switch_grpc") is None:
-        missing = "not on PATH: simple_switch_grpc"
-    if missing is not None:
-        raise ScenarioError(f"--switch bmv2: {missing} (install p4c and bmv2, e.g. in /opt/p4/bin)")
+    missing = [tool for tool in (P4C, BINARY) if shutil.which(tool) is None]
+    if missing:
+        raise ScenarioError(
+            f"--switch bmv2: not on PATH: {', '.join(missing)} (install p4c and bmv2, e.g. in "
+            "/opt/p4/bin)"
+        )
     try:
         built = compile_p4()
     except subprocess.CalledProcessError as exc:

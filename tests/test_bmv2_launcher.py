@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from inaemu.cli import main as cli
-from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
+from inaemu.conformance.bmv2_target import bmv2_available
 from inaemu.controller.bmv2 import free_ports, simple_switch_grpc_argv
+from inaemu.p4.build import compile_p4
 from inaemu.topology.model import Topology
 from tests.bmv2_grpc import grpc_missing
 

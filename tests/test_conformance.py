@@ -16,12 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inaemu.conformance.bmv2_network import Bmv2NetworkRunner
-from inaemu.conformance.bmv2_target import (
-    Bmv2Runner,
-    bmv2_available,
-    compile_p4,
-    parse_counter_reads,
-)
+from inaemu.conformance.bmv2_target import Bmv2Runner, bmv2_available, parse_counter_reads
 from inaemu.conformance.nanomsg import NanomsgError
 from inaemu.conformance.network import parse_network, run_network
 from inaemu.conformance.network_cases import (
@@ -36,6 +31,7 @@ from inaemu.conformance.run import CASES_DIR, Row, find_cases, load_case, main, 
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import StfError, load_stf, parse_stf
 from inaemu.hostlib.wire import Flag
+from inaemu.p4.build import compile_p4
 from inaemu.softswitch.fast.dataplanes import DATAPLANES
 
 CASES = find_cases([CASES_DIR], [])

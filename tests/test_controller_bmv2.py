@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
+from inaemu.conformance.bmv2_target import bmv2_available
+from inaemu.p4.build import compile_p4
 from tests.bmv2_grpc import grpc_missing, simple_switch_grpc
 
 MISSING = grpc_missing() or bmv2_available()

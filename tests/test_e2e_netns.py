@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inaemu.conformance.bmv2_target import bmv2_available, compile_p4
+from inaemu.conformance.bmv2_target import bmv2_available
 from inaemu.hostlib.worker import worker_input
+from inaemu.p4.build import compile_p4
 from inaemu.topology.model import Topology, star
 from tests.bmv2_grpc import grpc_missing
 from tests.netns import GRPC, StarNet, namespaces_missing, start_bmv2, start_softswitch
