@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from inaemu.conformance.make_cases import (
+from inaemu.conformance.case_builder import (
     AGG2,
     DROPS,
     EVENTS,
