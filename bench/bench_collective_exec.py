@@ -38,7 +38,7 @@ from inaemu.hostlib.collective.executor import (
 )
 from inaemu.hostlib.collective.peers import MemoryMesh
 from inaemu.hostlib.worker import worker_input
-from inaemu.topology.model import star
+from inaemu.topology.builders import star
 
 
 def in_memory(

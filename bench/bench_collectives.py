@@ -146,7 +146,7 @@ def schedule_facts(
     (`collectives.check.measure`)."""
     from inaemu.collectives.algorithms import algorithm
     from inaemu.collectives.check import LinkModel, measure
-    from inaemu.topology.model import from_spec
+    from inaemu.topology.builders import from_spec
     from inaemu.topology.routes import FlowRoutes
 
     topo = from_spec(spec)
@@ -454,7 +454,7 @@ def ring_bytes_on_gradients(n: int) -> tuple[float, float, bool]:
         inceptionn_error_bound,
     )
     from inaemu.hostlib.collective.peers import MemoryMesh
-    from inaemu.topology.model import star
+    from inaemu.topology.builders import star
 
     xs = real_gradients(n)
     sched = algorithm("ring").schedule(star(n))

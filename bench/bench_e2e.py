@@ -437,7 +437,7 @@ class SwitchResult:
 def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
     from inaemu.conformance.bmv2_target import bmv2_available
     from inaemu.p4.build import compile_p4
-    from inaemu.topology.model import star
+    from inaemu.topology.builders import star
     from tests.netns import GRPC, StarNet, start_bmv2, start_softswitch
 
     started = time.monotonic()

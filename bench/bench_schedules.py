@@ -16,7 +16,7 @@ from inaemu.collectives.algorithms import ALGORITHMS
 from inaemu.collectives.check import check
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.hostlib import args as arg
-from inaemu.topology.model import from_spec
+from inaemu.topology.builders import from_spec
 from inaemu.topology.routes import FlowRoutes
 
 SIZE = 100_000_000

@@ -89,7 +89,8 @@ from inaemu.mininet.accounting import (
     read_port_drops,
 )
 from inaemu.mininet.compare import Point, plot_points, size_label
-from inaemu.topology.model import Topology, describe_roles
+from inaemu.topology.builders import describe_roles
+from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES
 
 EVERY_ALGO = ("ina", *ALGORITHMS)  # what `--algo all` runs, in this order

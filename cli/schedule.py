@@ -21,7 +21,8 @@ from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import LinkModel, check, render_table, table_row
 from inaemu.collectives.schedule import ScheduleError
 from inaemu.hostlib.args import ArgumentParser
-from inaemu.topology.model import TopologyError, describe_roles, load_or_build
+from inaemu.topology.builders import describe_roles, load_or_build
+from inaemu.topology.model import TopologyError
 from inaemu.topology.routes import NODE_PORTS, FlowRoutes
 
 DEFAULT_SIZE = 100_000_000  # bytes: a ResNet-50-sized gradient in float32

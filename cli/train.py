@@ -63,7 +63,8 @@ from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, Launch, parse_backend
 from inaemu.hostlib.loopback import WireDir
-from inaemu.topology.model import Topology, TopologyError, describe_roles, load_or_build
+from inaemu.topology.builders import describe_roles, load_or_build
+from inaemu.topology.model import Topology, TopologyError
 
 # the codecs that take float gradients: every one but int32
 FLOAT_INA_CODECS = tuple(c for c in sorted(CODECS) if c != "int32")

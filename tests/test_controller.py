@@ -36,7 +36,8 @@ from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, TableEntry
-from inaemu.topology.model import Topology, leaf_spine, star
+from inaemu.topology.builders import leaf_spine, star
+from inaemu.topology.model import Topology
 
 T = TypeVar("T")
 

@@ -26,7 +26,8 @@ import pytest
 from inaemu.conformance.bmv2_target import bmv2_available
 from inaemu.hostlib.worker import worker_input
 from inaemu.p4.build import compile_p4
-from inaemu.topology.model import Topology, star
+from inaemu.topology.builders import star
+from inaemu.topology.model import Topology
 from tests.bmv2_grpc import grpc_missing
 from tests.netns import GRPC, StarNet, namespaces_missing, start_bmv2, start_softswitch
 

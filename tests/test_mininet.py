@@ -42,7 +42,8 @@ from inaemu.mininet.algos import ALGORITHMS, Algorithm, algorithm, register
 from inaemu.mininet.run import default_run_dir, expected_result, parse_size, tcpdump_missed
 from inaemu.mininet.scenario import link_params
 from inaemu.mininet.scenario import root_interfaces as root_ifs
-from inaemu.topology.model import Link, star
+from inaemu.topology.builders import star
+from inaemu.topology.model import Link
 from tests.netns import namespaces_missing
 
 ROOT = Path(__file__).resolve().parents[1]

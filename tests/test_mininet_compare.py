@@ -61,7 +61,8 @@ from inaemu.mininet.run import (
     truth,
 )
 from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
-from inaemu.topology.model import Topology, from_spec, star
+from inaemu.topology.builders import from_spec, star
+from inaemu.topology.model import Topology
 from inaemu.topology.routes import FlowRoutes
 from tests.test_mininet import assert_removed, mininet, mininet_ready  # noqa: F401 (fixture)
 

@@ -21,7 +21,8 @@ from inaemu.p4.plan import CHILD_TABLE, EGRESS_TABLE, JOB_TABLE
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.state import ActionCall, TableEntry
-from inaemu.topology.model import Topology, bigraph, leaf_spine
+from inaemu.topology.builders import bigraph, leaf_spine
+from inaemu.topology.model import Topology
 from tests.multiswitch import fabric_of
 from tests.test_tree import chunk_frame
 

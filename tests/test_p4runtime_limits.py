@@ -35,7 +35,8 @@ from inaemu.softswitch.p4runtime.read import READ_MAX_ENTITIES, ReadLimits
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.p4runtime.write import MAX_REPLICAS
 from inaemu.softswitch.pipeline import Pipeline
-from inaemu.topology.model import Topology, star
+from inaemu.topology.builders import star
+from inaemu.topology.model import Topology
 from tests.test_p4runtime_hardening import RawStream, arbitration
 from tests.test_p4runtime_server import (
     CODE,

@@ -36,7 +36,8 @@ from inaemu.hostlib.collective.peers import parse_peers
 from inaemu.mininet.algos import Collective, RunSpec
 from inaemu.mininet.run import choose, natural
 from inaemu.mininet.scenario import MAX_BW, NetOptions, RunDir, Scenario, link_shaping
-from inaemu.topology.model import Topology, TopologyError, from_spec
+from inaemu.topology.builders import from_spec
+from inaemu.topology.model import Topology, TopologyError
 from inaemu.topology.routes import NODE_PORTS, FlowRoutes, Link, host_link_capacity
 
 FAMILIES = ("star:4", "leaf-spine:2x2x2", "fat-tree:4", "bigraph:2x4", "torus:3x3", "mesh:3x3")

@@ -32,7 +32,7 @@ from inaemu.p4.constants import Event
 from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, TableEntry
-from inaemu.topology.model import star
+from inaemu.topology.builders import star
 from tests.helpers import accounted, run_threads, running_switch, workers
 
 
@@ -378,7 +378,7 @@ def test_controller_continues_the_epochs_it_is_given() -> None:
     """A restarted controller handed the last epochs gives the next installation a new one."""
     from inaemu.controller.jobs import JobSpec
     from inaemu.controller.p4rt import Controller
-    from inaemu.topology.model import star
+    from inaemu.topology.builders import star
 
     ctl = Controller(star(2), epochs={"s1": 41})
     assert ctl.jobs.plan_add(JobSpec(1, ("h1", "h2"), pool_size=4)).epochs == {"s1": 42}

@@ -30,7 +30,8 @@ from inaemu.collectives.halving_doubling import hd_steps
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer
 from inaemu.controller.jobs import route_plans
 from inaemu.topology.addresses import ip_int
-from inaemu.topology.model import Topology, bigraph, from_spec, mesh, torus
+from inaemu.topology.builders import bigraph, from_spec, mesh, torus
+from inaemu.topology.model import Topology
 from inaemu.topology.routes import FlowRoutes, RouteError
 
 SIZE = 1_000_003  # bytes; not a multiple of any chunk count used here

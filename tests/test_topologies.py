@@ -39,10 +39,7 @@ from inaemu.hostlib.wire import (
 )
 from inaemu.softswitch.fabric import Fabric
 from inaemu.topology.addresses import ip_int
-from inaemu.topology.model import (
-    MAX_PORT,
-    Topology,
-    TopologyError,
+from inaemu.topology.builders import (
     bigraph,
     fat_tree,
     from_spec,
@@ -52,6 +49,7 @@ from inaemu.topology.model import (
     star,
     torus,
 )
+from inaemu.topology.model import MAX_PORT, Topology, TopologyError
 from tests.multiswitch import fabric_of, install, ipv4_frame
 
 # ---------------------------------------------------------------------- builders

@@ -20,7 +20,8 @@ from inaemu.controller.jobs import (
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.topology.addresses import ip_int
-from inaemu.topology.model import Topology, TopologyError, fat_tree, leaf_spine, star
+from inaemu.topology.builders import fat_tree, leaf_spine, star
+from inaemu.topology.model import Topology, TopologyError
 
 
 def test_json_round_trip(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.state import ActionCall, TableEntry
 from inaemu.topology.addresses import ip_int
-from inaemu.topology.model import Topology, bigraph, leaf_spine
+from inaemu.topology.builders import bigraph, leaf_spine
+from inaemu.topology.model import Topology
 from tests.helpers import accounted, run_threads
 from tests.multiswitch import FabricNetwork, fabric_of, install, inter_switch_ports, set_loss
 

@@ -33,7 +33,7 @@ from inaemu.p4.constants import DropReason
 from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.switch import SoftSwitch
-from inaemu.topology.model import star
+from inaemu.topology.builders import star
 
 
 def segments_of(messages: list[bytes], size: int) -> list[DataSegment]:
