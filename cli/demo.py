@@ -57,13 +57,8 @@ from inaemu.controller.trees import parents
 from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
 from inaemu.softswitch.fast.dataplanes import warm_up
-from inaemu.topology.model import (
-    Topology,
-    TopologyError,
-    describe_roles,
-    load_or_build,
-    star,
-)
+from inaemu.topology.builders import describe_roles, load_or_build, star
+from inaemu.topology.model import Topology, TopologyError
 
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
 WORKER_START_TIMEOUT = 60.0  # seconds for every worker process to attach to its switch
@@ -570,10 +565,7 @@ def open_wire_dir(opts: DemoOptions) -> WireDir:
 
 
 def main_demo(opts: DemoOptions) -> int:
-    if opts.algos:  # the comparison of INA and the host collectives
-        from inaemu.cli.compare import main_compare
-
-        return main_compare(opts)
+    """`inaemu demo` without `--algo` (with it: `compare.main_compare`)."""
     return run_and_report(
         lambda: run_demo(opts),
         "the result is not identical, bit-exact and within the bound on every worker (see the "

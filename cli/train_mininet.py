@@ -98,7 +98,7 @@ class MininetNetwork:
 
     def next_run(self) -> int:
         """`inaemu job new-run`: the job state's next run id."""
-        return int(self.sc.inaemu("job", "new-run", *self.sc.topo_args(), "--job", "1").strip())
+        return self.sc.new_run(1)
 
     def launches(
         self, backend: Backend, run: int, schedule: Schedule | None, records: Path

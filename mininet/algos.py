@@ -8,8 +8,8 @@ it runs (`CODECS`), each with how its results are checked (`compare.CHECKS`: "ex
 0. `refuse(topology, workers, codec)` before anything starts: the reason it cannot run there
    (a topology it does not support, a codec it does not run), or None;
 1. `prepare(scenario, spec)` once, after the switches run ina.p4 and have their routes: it
-   programs whatever else the algorithm needs (through the controller's commands,
-   `scenario.inaemu(...)`) and returns facts worth reporting (`dict[str, str]`);
+   programs whatever else the algorithm needs (through the controller's operations,
+   `scenario.add_job(...)`) and returns facts worth reporting (`dict[str, str]`);
 2. `worker_argv(scenario, spec, rank, host, out)` for every worker: the command the runner
    starts on that Mininet host. The worker must allreduce (SUM) its input,
    `hostlib.worker.worker_input(spec.seed, rank, spec.size, codec=spec.codec)`, write the
@@ -25,7 +25,6 @@ The runner starts every worker at once, waits for all, and checks every result
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,8 @@ import numpy.typing as npt
 from inaemu.collectives.algorithms import algorithm as collective_algorithm
 from inaemu.collectives.check import simulate
 from inaemu.collectives.schedule import Schedule, ScheduleError
+from inaemu.controller.api import describe_trees
+from inaemu.controller.jobs import JobSpec
 from inaemu.hostlib.codecs import CODECS as INA_CODECS
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
 from inaemu.hostlib.collective.executor import inceptionn_error_bound
@@ -141,26 +142,13 @@ class Ina(Algorithm):
     n_trees = 1
 
     def prepare(self, sc: Scenario, spec: RunSpec) -> dict[str, str]:
-        out = sc.inaemu(
-            "job", "add", *sc.topo_args(), "--job", str(spec.job),
-            "--workers", ",".join(spec.workers), "--pool", str(spec.window),
-            "--trees", str(self.trees),
-        )  # fmt: skip
-        state = Path(str(sc.topology_file) + ".jobs.json")
-        try:
-            (job,) = [j for j in json.loads(state.read_text())["jobs"] if j["job_id"] == spec.job]
-            self.n_trees = int(job["n_trees"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ScenarioError(f"{state}: cannot read job {spec.job}'s trees ({exc!r})") from None
-        facts = {"trees": str(self.n_trees)}
-        first = out.splitlines()[0] if out else ""
-        if first:
-            facts["job"] = first
-        return facts
+        record = sc.add_job(JobSpec(spec.job, spec.workers, spec.window, self.trees))
+        self.n_trees = record.spec.n_trees
+        return {"trees": str(self.n_trees), "job": describe_trees(record).splitlines()[0]}
 
     def finish(self, sc: Scenario, spec: RunSpec) -> None:
         """The job's slots back, so that the next run on this network can take them."""
-        sc.inaemu("job", "remove", *sc.topo_args(), "--job", str(spec.job))
+        sc.remove_job(spec.job)
 
     def worker_argv(
         self, sc: Scenario, spec: RunSpec, rank: int, host: str, out: Path

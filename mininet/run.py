@@ -110,7 +110,8 @@ from inaemu.mininet.scenario import (
     link_shaping,
 )
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
-from inaemu.topology.model import Topology, TopologyError, from_spec
+from inaemu.topology.builders import from_spec
+from inaemu.topology.model import Topology, TopologyError
 from inaemu.topology.routes import DIRECT_ROLES, NODE_PORTS
 
 PROBE_SIZE = 256 << 10  # --bw auto: elements per worker of the unshaped runs (at most)
@@ -541,7 +542,7 @@ def run_algorithm(
     died = [sw for sw in sc.net.switches if sw.proc is None or sw.proc.poll() is not None]
     crashed = [f"switch {sw.name} exited during the run: {sw.log_tail()}" for sw in died]
     try:
-        stats = sc.inaemu("stats", *sc.topo_args())
+        stats = sc.stats()
     except ScenarioError as exc:  # e.g. a switch died: the workers' outcome still counts
         stats = str(exc)
         crashed.append(stats)

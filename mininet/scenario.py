@@ -1,9 +1,9 @@
 """A topology as a Mininet network of INA switches and hosts, programmed only through the
-controller's commands, and removed again.
+controller's operations (`inaemu.controller.api`), and removed again.
 
     with Scenario(topology, RunDir.make(path), NetOptions(switch="softswitch", bw=20)) as sc:
-        sc.program()                           # inaemu pipeline push, inaemu routes
-        sc.inaemu("job", "add", "-t", str(sc.topology_file), "--workers", "h1,h2")
+        sc.program()                           # as inaemu pipeline push, inaemu routes
+        record = sc.add_job(JobSpec(1, ("h1", "h2")))          # as inaemu job add
         proc = sc.popen("h1", [sys.executable, "-m", "inaemu.hostlib.worker", ...])
 
 What it creates, and `close()` removes (also after a failure or Ctrl-C): one Mininet network
@@ -21,16 +21,14 @@ Mininet's `fixLimits` (raising global sysctls such as net.core.wmem_max, never r
 skipped: a network of this size does not need it.
 
 The switches listen for P4Runtime on distinct 127.0.0.1 ports of the root namespace; the run's
-`build/topology.json` names them, and the controller's commands (`inaemu pipeline push`,
-`routes`, `job add`, `loss`, `stats`) run in this process against that file, their output
-appended to `logs/controller.log`.
+`build/topology.json` names them, and the controller's operations (pipeline push, routes, job
+add and remove, new run ids, loss, stats) run in this process against that file and its job
+state, each logged in `logs/controller.log` as the `inaemu` command that does the same.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -40,19 +38,23 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
+from inaemu.controller import api
+from inaemu.controller.jobs import JobRecord, JobSpec
 from inaemu.topology.model import Link, Topology, TopologyError
 
 IFNAMSIZ = 15  # the longest interface name Linux takes
 NETEM_OPTIONS = ("delay", "jitter", "loss", "max_queue_size")
 MAX_BW = 1000.0  # Mbit/s: Mininet's TCIntf refuses more
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # ignored while cleaning up
-PRIMARY_WAIT = 5.0  # seconds a controller command waits for the last one's stream to end
+T = TypeVar("T")
+PRIMARY_WAIT = 5.0  # seconds a controller operation waits for the last one's stream to end
 
 
 class ScenarioError(RuntimeError):
@@ -506,39 +508,49 @@ class Scenario:
 
     # ------------------------------------------------------------------ controller
 
-    def inaemu(self, *args: str) -> str:
-        """Run `inaemu ARGS` (the controller's command line) in this process; its output is
-        appended to logs/controller.log and returned. ScenarioError if it failed.
+    def control(
+        self, argv: Sequence[str], call: Callable[[], T], said: Callable[[T], str] = str
+    ) -> T:
+        """Run a controller operation (`call`, one of `inaemu.controller.api`'s) in this
+        process and return what it returns; logs/controller.log gets the `inaemu` command
+        that does the same (`argv`), how long it took and what it said (`said`); a failure
+        is a ScenarioError naming that command.
 
-        A switch may still count the previous command's connection as primary for a moment
-        after that command closed it (the stream's end reaches the switch asynchronously);
-        a command refused for that alone, before it wrote anything, is tried again for up to
-        PRIMARY_WAIT seconds."""
-        from inaemu.cli.main import main as cli_main
-
+        A switch may still count the previous operation's connection as primary for a moment
+        after that operation closed it (the stream's end reaches the switch asynchronously);
+        an operation refused for that alone, before it wrote anything, is tried again for up
+        to PRIMARY_WAIT seconds."""
         if self._finsy_log is None:  # finsy's own messages: into the logs, not the terminal
             self._finsy_log = logging.FileHandler(self.run.logs / "finsy.log")
             self._finsy_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logging.getLogger("finsy").addHandler(self._finsy_log)
+        command = f"inaemu {shlex.join(argv)}"
         deadline = time.monotonic() + PRIMARY_WAIT
         while True:
-            out, err = io.StringIO(), io.StringIO()
             started = time.monotonic()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                rc = cli_main(list(args))
-            took = time.monotonic() - started
-            with (self.run.logs / "controller.log").open("a") as log:
-                log.write(f"$ inaemu {shlex.join(args)}    # {took:.2f} s, exit {rc}\n")
-                log.write(out.getvalue() + err.getvalue())
-            stale = "another controller is primary" in err.getvalue()
-            if rc == 0 or not stale or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        if rc != 0:
-            raise ScenarioError(
-                f"inaemu {shlex.join(args)} failed ({rc}): {err.getvalue().strip()}"
+            try:
+                result = call()
+            except api.FAILURES as exc:
+                failed = api.explain(exc)
+                self._log_control(command, time.monotonic() - started, f"failed: {failed}")
+                if "another controller is primary" in failed and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                raise ScenarioError(f"{command} failed: {failed}") from None
+            self._log_control(command, time.monotonic() - started, said(result))
+            return result
+
+    def _log_control(self, command: str, took: float, said: str) -> None:
+        with (self.run.logs / "controller.log").open("a") as log:
+            log.write(
+                f"$ {command}    # {took:.2f} s\n" + (said.rstrip("\n") + "\n" if said else "")
             )
-        return out.getvalue()
+
+    @property
+    def files(self) -> api.NetworkFiles:
+        """The files the controller's operations work from: the run's topology and its job
+        state next to it."""
+        return api.NetworkFiles(self.topology_file)
 
     def topo_args(self) -> list[str]:
         return ["-t", str(self.topology_file)]
@@ -546,8 +558,14 @@ class Scenario:
     def program(self) -> None:
         """ina.p4 on every switch and IPv4 routes to every host."""
         started = time.monotonic()
-        self.inaemu("pipeline", "push", *self.topo_args())
-        self.inaemu("routes", *self.topo_args())
+        self.control(
+            ["pipeline", "push", *self.topo_args()],
+            lambda: api.push_pipeline(self.files),
+            lambda _: "",
+        )
+        self.control(
+            ["routes", *self.topo_args()], lambda: api.install_routes(self.files), lambda _: ""
+        )
         self.timings["program"] = time.monotonic() - started
 
     def set_loss(self, probability: float) -> None:
@@ -555,16 +573,41 @@ class Scenario:
         for sw in self.topology.switches:
             ports = switch_ports(self.topology, sw)
             if ports:
-                self.inaemu(
-                    "loss",
-                    *self.topo_args(),
-                    "--switch",
-                    sw,
-                    "--ports",
-                    ",".join(map(str, ports)),
-                    "--probability",
-                    str(probability),
+                argv = [*self.topo_args(), "--switch", sw, "--ports", ",".join(map(str, ports))]
+                self.control(
+                    ["loss", *argv, "--probability", str(probability)],
+                    partial(api.set_loss, self.files, sw, ports, probability),
+                    lambda _: "",
                 )
+
+    def add_job(self, spec: JobSpec) -> JobRecord:
+        """Install a job (`inaemu job add`): its trees, slot pools and groups."""
+        argv = ["job", "add", *self.topo_args(), "--job", str(spec.job_id)]
+        argv += ["--workers", ",".join(spec.workers), "--pool", str(spec.pool_size)]
+        argv += ["--trees", str(spec.n_trees)]
+        argv += ["--roots", ",".join(spec.roots)] if spec.roots else []
+        return self.control(argv, lambda: api.add_job(self.files, spec), api.describe_trees)
+
+    def remove_job(self, job_id: int) -> None:
+        """Remove a job (`inaemu job remove`), its slots free for the next."""
+        self.control(
+            ["job", "remove", *self.topo_args(), "--job", str(job_id)],
+            lambda: api.remove_job(self.files, job_id),
+            lambda lacking: f"lost on {', '.join(lacking)}" if lacking else "",
+        )
+
+    def new_run(self, job_id: int) -> int:
+        """The job's next run id from its job state (`inaemu job new-run`)."""
+        return self.control(
+            ["job", "new-run", *self.topo_args(), "--job", str(job_id)],
+            lambda: api.new_run(self.files, job_id),
+        )
+
+    def stats(self) -> str:
+        """Every switch's counters, rendered (`inaemu stats`)."""
+        return self.control(
+            ["stats", *self.topo_args()], lambda: api.read_stats(self.files).render()
+        )
 
     # ------------------------------------------------------------------ hosts
 

@@ -31,8 +31,10 @@ from inaemu.mininet import run as mininet_run
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
+from inaemu.topology import builders
 from inaemu.topology import model as topology
-from inaemu.topology.model import Topology, star
+from inaemu.topology.builders import star
+from inaemu.topology.model import Topology
 from tests import netns
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
@@ -956,9 +958,9 @@ def test_topologies_too_large_to_build_are_refused_at_once(
 
 
 def test_the_host_cap_is_what_the_builders_can_address() -> None:
-    ip, mac = topology._host_addr(topology.MAX_HOSTS - 1)
+    ip, mac = builders._host_addr(builders.MAX_HOSTS - 1)
     assert topology._ipv4_prefix(ip) and topology._mac(mac)
-    assert not topology._ipv4_prefix(topology._host_addr(topology.MAX_HOSTS)[0])
+    assert not topology._ipv4_prefix(builders._host_addr(builders.MAX_HOSTS)[0])
 
 
 def _nested(depth: int) -> str:

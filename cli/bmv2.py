@@ -1,0 +1,136 @@
+"""`inaemu bmv2 -t topology.json`: one simple_switch_grpc per switch of a topology, run until
+Ctrl-C or printed as a shell script (`--print`); the command lines are
+`inaemu.controller.bmv2`'s. A failure (`Bmv2Error`: not installed, a switch that would not
+start or exited) stops the others and is said in one line."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from inaemu.controller import bmv2
+from inaemu.topology.model import Topology, TopologyError
+
+
+def cmd_bmv2(args: argparse.Namespace) -> int:
+    """One simple_switch_grpc per switch of the topology: printed, or run until Ctrl-C."""
+    topo = Topology.load(args.topology)
+    run_dir = Path(args.run_dir or f"{args.topology}.bmv2").resolve()
+    ifaces: dict[tuple[str, int], str] = {}
+    for spec in args.iface:
+        where, eq, ifname = spec.partition("=")
+        switch, colon, port = where.rpartition(":")
+        if not (eq and colon and ifname and port.isdigit() and switch in topo.switches):
+            raise TopologyError(
+                f"--iface {spec}: write SWITCH:PORT=IFNAME with a switch of the topology "
+                f"({', '.join(topo.switches)}), e.g. s1:1=veth1"
+            )
+        ifaces[(switch, int(port))] = ifname
+    try:
+        args.iface_format.format(switch="s1", port=1)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise TopologyError(
+            f"--iface-format {args.iface_format}: use {{switch}} and {{port}}, e.g. "
+            f"{bmv2.IFACE_FORMAT} ({exc!r})"
+        ) from None
+    names = list(topo.switches)
+    if args.thrift_port == 0:
+        thrift = dict(zip(names, bmv2.free_ports(len(names)), strict=True))
+    elif 1 <= args.thrift_port <= 65536 - len(names):
+        thrift = {name: args.thrift_port + i for i, name in enumerate(names)}
+    else:
+        raise TopologyError(
+            f"--thrift-port {args.thrift_port}: {len(names)} switches need ports from it "
+            "within 1..65535 (0: free ports)"
+        )
+    commands = bmv2.topology_commands(
+        topo,
+        run_dir,
+        iface_format=args.iface_format,
+        ifaces=ifaces,
+        thrift_ports=thrift,
+        log_level=args.log_level,
+    )
+    if args.print:
+        print("\n".join(bmv2.shell_lines(commands, run_dir)))
+        return 0
+    if shutil.which(bmv2.BINARY) is None:
+        raise bmv2.Bmv2Error(
+            f"{bmv2.BINARY} is not on PATH (bmv2: `bash ../shared/p4-toolchain/install.sh` "
+            "installs it under /opt/p4/bin)",
+        )
+    stop = threading.Event()
+    handlers = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    switches = bmv2.Bmv2Switches(commands)
+    try:
+        switches.start()
+        for c in commands:
+            pid = switches.procs[c.switch].pid
+            print(
+                f"READY {c.switch} grpc={c.grpc} device_id={c.device_id} "
+                f"thrift={c.thrift_port} pid={pid} log={c.log}",
+                flush=True,
+            )
+        print(
+            f"inaemu bmv2: {len(commands)} switches running without a program; install "
+            f"ina.p4 with `inaemu pipeline push -t {args.topology}`; Ctrl-C stops them",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            gone = switches.exited()
+            if gone is not None:
+                c, status = gone
+                raise bmv2.Bmv2Error(
+                    f"{c.switch}: simple_switch_grpc exited (status {status}); the others "
+                    f"were stopped; {c.log}:\n{bmv2.log_tail(c.log)}",
+                )
+    finally:
+        switches.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """`bmv2` on `inaemu`'s subparsers."""
+    b = sub.add_parser(
+        "bmv2",
+        help="run one simple_switch_grpc per switch of a topology (or --print the commands)",
+    )
+    b.add_argument("-t", "--topology", required=True, help="topology.json")
+    b.add_argument(
+        "--print", action="store_true", help="print the command lines (a shell script), run none"
+    )
+    b.add_argument(
+        "--iface-format",
+        default=bmv2.IFACE_FORMAT,
+        help="the interface of a switch's port (default %(default)s, Mininet's names)",
+    )
+    b.add_argument(
+        "--iface",
+        action="append",
+        default=[],
+        metavar="SWITCH:PORT=IFNAME",
+        help="the interface of one port (repeatable), e.g. s1:1=veth1",
+    )
+    b.add_argument(
+        "--thrift-port",
+        type=int,
+        default=bmv2.THRIFT_BASE,
+        help="thrift port of the first switch, the others the ports after it (default "
+        "%(default)s); 0: free ports",
+    )
+    b.add_argument("--run-dir", help="logs and notifications sockets (default <topology>.bmv2)")
+    b.add_argument(
+        "--log-level",
+        default="warn",
+        choices=("trace", "debug", "info", "warn", "error", "off"),
+        help="bmv2's log level (default %(default)s: info logs every packet)",
+    )
+    b.set_defaults(func=cmd_bmv2)
