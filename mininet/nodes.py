@@ -39,7 +39,6 @@ from typing import IO, Any, ClassVar
 
 from inaemu.controller.bmv2 import notifications_address, simple_switch_grpc_argv
 from inaemu.mininet.debian import load
-from inaemu.mininet.scenario import ScenarioError
 from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
 
 mn = load()
@@ -59,8 +58,9 @@ _READY = re.compile(r"^READY .*\bgrpc=(?P<grpc>\S+)", re.MULTILINE)
 CREATED: list[Any] = []
 
 
-class SwitchStartError(ScenarioError):
-    """A switch process did not come up; the message names it and quotes its log."""
+class SwitchStartError(RuntimeError):
+    """A switch process did not come up; the message names it and quotes its log (the
+    scenario raises it as a ScenarioError)."""
 
 
 _handed_out: set[int] = set()

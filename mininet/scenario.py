@@ -409,7 +409,10 @@ class Scenario:
             net.addLink(a, b, port1=a_port, port2=b_port, cls=cls, **params)
         net.build()
         net.staticArp()  # host to host, for ordinary traffic (the switches answer no ARP)
-        net.start()  # every switch started, then waited for (batchStartup)
+        try:
+            net.start()  # every switch started, then waited for (batchStartup)
+        except nodes.SwitchStartError as exc:
+            raise ScenarioError(str(exc)) from None
         self.timings["network"] = time.monotonic() - started
         self._write_topology()
         self.record = {
