@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return schedule_main(argv[1:])
     if argv[:1] == ["train"]:
-        from inaemu.cli.train import main as train_main
+        from inaemu.cli.train.launcher import main as train_main
 
         return train_main(argv[1:])
     parser = build_parser()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from inaemu.cli.train import BackendRun, main, merge_records, parse_backends
+from inaemu.cli.train.launcher import BackendRun, main, merge_records, parse_backends
 from inaemu.hostlib.launch import EVERY_BACKEND, Launch, LaunchError, parse_backend
 from tests.test_mininet import assert_removed, in_root_ns, mininet_ready  # noqa: F401 (fixtures)
 

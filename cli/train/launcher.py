@@ -38,7 +38,6 @@ every process it started are gone when it exits.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -50,19 +49,17 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
-from inaemu.cli.demo_worker import JOB_ID, DemoOptions
+from inaemu.cli.train.embedded_network import EmbeddedNetwork
+from inaemu.cli.train.network import Network, TrainError, TrainOptions, schedule_path
 from inaemu.collectives.schedule import Schedule
-from inaemu.controller.jobs import JobError, JobSpec
-from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
-from inaemu.hostlib.launch import EVERY_BACKEND, Backend, Launch, parse_backend
-from inaemu.hostlib.loopback import WireDir
+from inaemu.hostlib.launch import EVERY_BACKEND, Backend, parse_backend
 from inaemu.topology.builders import describe_roles, load_or_build
 from inaemu.topology.model import Topology, TopologyError
 
@@ -70,26 +67,6 @@ from inaemu.topology.model import Topology, TopologyError
 FLOAT_INA_CODECS = tuple(c for c in sorted(CODECS) if c != "int32")
 FLOAT_SCHEDULE_CODECS = tuple(c for c in SCHEDULE_CODECS if c != "int32")
 POLL = 0.2  # seconds between looks at the workers and switches
-
-
-class TrainError(RuntimeError):
-    """Refused or failed; the message says what to fix."""
-
-
-@dataclass(frozen=True)
-class TrainOptions:
-    script: Path
-    script_args: tuple[str, ...]
-    backends: tuple[Backend, ...]
-    workers: int  # 0: every host of the topology
-    topo: str | None  # spec or file; None: star of `workers`
-    mininet: bool
-    switch: str  # with mininet: softswitch | bmv2
-    bw: float | None  # with mininet: Mbit/s on every link
-    out: Path
-    window: int
-    timeout: float
-    limit: float  # seconds one backend's workers may take in all
 
 
 # ---------------------------------------------------------------------- backends
@@ -141,174 +118,6 @@ def write_schedule(backend: Backend, topo: Topology, workers: Sequence[str], out
         )
     schedule.save(schedule_path(out, backend))
     return schedule
-
-
-def schedule_path(out: Path, backend: Backend) -> Path:
-    return out / f"schedule-{backend.kind}.json"
-
-
-# ---------------------------------------------------------------------- networks
-
-
-class Network(Protocol):
-    """What the launcher needs of a network (embedded or Mininet), once it is programmed."""
-
-    topology: Topology
-    workers: tuple[str, ...]
-    label: str  # for the report: "embedded softswitches", "Mininet, softswitch, 100 Mbit/s"
-
-    def next_run(self) -> int: ...
-
-    def launches(
-        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
-    ) -> list[Launch]: ...
-
-    def start(
-        self, rank: int, launch: Launch, argv: list[str], log: Path
-    ) -> subprocess.Popen[bytes]: ...
-
-    def trouble(self) -> str | None:
-        """A switch that died, or None."""
-        ...
-
-
-def host_launch(
-    topo: Topology, host: str, rank: int, world: int, backend: Backend, run: int, **more: Any
-) -> Launch:
-    """What every network tells worker `rank` on `host`: addresses from the topology."""
-    sw, _ = topo.host_attachment(host)
-    h, agg = topo.hosts[host], topo.switches[sw]
-    return Launch(
-        rank=rank,
-        world_size=world,
-        backend=backend.name,
-        run=run,
-        job=JOB_ID,
-        mac=h.mac,
-        ip=h.ip,
-        agg_mac=agg.agg_mac,
-        agg_ip=agg.agg_ip,
-        **more,
-    )
-
-
-class EmbeddedNetwork:
-    """Softswitch processes on loopback wires, started and programmed as `inaemu demo --topo`
-    does (`controller.demo`); workers are plain processes of this machine."""
-
-    def __init__(self, topo: Topology, workers: tuple[str, ...], opts: TrainOptions) -> None:
-        self.topology = topo
-        self.workers = workers
-        self.opts = opts
-        self.label = "embedded softswitches (loopback wires, no root)"
-        self.n_trees = 1
-        self._loop = asyncio.new_event_loop()
-        self._ctl: Controller | None = None
-        self._switches: dict[str, subprocess.Popen[str]] = {}
-        self._wires: WireDir | None = None
-
-    def __enter__(self) -> EmbeddedNetwork:
-        from inaemu.cli.demo import (
-            DemoError,
-            check_job_fits,
-            open_wire_dir,
-            program_topology,
-            start_switches,
-        )
-
-        spec = JobSpec(JOB_ID, self.workers, pool_size=self.opts.window)
-        try:
-            check_job_fits(self.topology, spec)
-            self._wires = open_wire_dir(DemoOptions())
-            self._switches, addresses = start_switches(
-                self.topology, self.workers, self._wires.path, DemoOptions()
-            )
-            for name, address in addresses.items():
-                self.topology.switches[name] = replace(self.topology.switches[name], grpc=address)
-            self._ctl, record = self._loop.run_until_complete(
-                program_topology(self.topology, spec, self.workers, 0.0, routes=True)
-            )
-        except (DemoError, JobError, ControllerError) as exc:
-            self.close()
-            raise TrainError(str(exc)) from None
-        except BaseException:
-            self.close()
-            raise
-        assert record is not None
-        self.n_trees = len(record.trees)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        from inaemu.cli.demo import stop_switches
-
-        if self._ctl is not None:
-            self._loop.run_until_complete(self._ctl.close())
-            self._ctl = None
-        if not self._loop.is_closed():
-            self._loop.close()
-        stop_switches(self._switches)
-        if self._wires is not None:
-            self._wires.cleanup()
-            self._wires = None
-
-    def next_run(self) -> int:
-        assert self._ctl is not None
-        return self._ctl.jobs.next_run(JOB_ID)
-
-    def launches(
-        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
-    ) -> list[Launch]:
-        assert self._wires is not None, "enter the network first"
-        topo, n = self.topology, len(self.workers)
-        rendezvous = records / "gloo-rendezvous"  # a file: no port to race for
-        rendezvous.unlink(missing_ok=True)
-        peers = ""
-        if schedule is not None:
-            peers = ",".join(f"{topo.hosts[h].mac}/{topo.hosts[h].ip}" for h in schedule.hosts)
-        common = {
-            "rendezvous": f"file://{rendezvous}",
-            "window": self.opts.window,
-            "trees": self.n_trees,
-            "timeout": self.opts.timeout,
-            "wire_dir": self._wires.path,
-            "peers": peers,
-            "schedule": "" if schedule is None else str(schedule_path(self.opts.out, backend)),
-        }
-        out = []
-        for rank, host in enumerate(self.workers):
-            sw, port = topo.host_attachment(host)
-            records_file = str(records / f"rank{rank}.jsonl")
-            out.append(
-                host_launch(
-                    topo,
-                    host,
-                    rank,
-                    n,
-                    backend,
-                    run,
-                    records=records_file,
-                    switch=sw,
-                    port=port,
-                    **common,
-                )
-            )
-        return out
-
-    def start(
-        self, rank: int, launch: Launch, argv: list[str], log: Path
-    ) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **launch.to_env(), "GLOO_SOCKET_IFNAME": "lo"}
-        with log.open("wb") as f:  # the child keeps its own descriptor
-            return subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT
-            )
-
-    def trouble(self) -> str | None:
-        dead = [n for n, p in self._switches.items() if p.poll() is not None]
-        return f"switch {', '.join(dead)} exited" if dead else None
 
 
 # ---------------------------------------------------------------------- one backend
@@ -737,7 +546,7 @@ def train(opts: TrainOptions, say: Any = print) -> tuple[list[BackendRun], dict[
             write_schedule(b, topo, workers, opts.out)
     net_cm: Any
     if opts.mininet:
-        from inaemu.cli.train_mininet import MininetNetwork
+        from inaemu.cli.train.mininet_network import MininetNetwork
 
         net_cm = MininetNetwork(topo, workers, opts)
     else:

@@ -1,4 +1,4 @@
-"""The Mininet network of `inaemu train --mininet` (controller/train.py): the Mininet runner's
+"""The Mininet network of `inaemu train --mininet` (`launcher.py`): the Mininet runner's
 own `Scenario`, programmed as `inaemu mininet` programs it, with the training script started
 on every worker host.
 
@@ -13,8 +13,9 @@ from __future__ import annotations
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from inaemu.cli.train.network import TrainError, TrainOptions, host_launch, schedule_path
 from inaemu.collectives.schedule import Schedule
 from inaemu.hostlib.launch import Backend, Launch
 from inaemu.mininet import debian
@@ -27,9 +28,6 @@ from inaemu.mininet.scenario import (
     interface_name,
 )
 from inaemu.topology.model import Topology
-
-if TYPE_CHECKING:
-    from inaemu.cli.train import TrainOptions
 
 
 class MininetNetwork:
@@ -54,7 +52,6 @@ class MininetNetwork:
         )
 
     def __enter__(self) -> MininetNetwork:
-        from inaemu.cli.train import TrainError
         from inaemu.mininet.run import bmv2_program
 
         try:
@@ -84,8 +81,6 @@ class MininetNetwork:
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         if self._sc is not None:
-            from inaemu.cli.train import TrainError
-
             try:
                 self._sc.__exit__(kind, exc, tb)
             except ScenarioError as failed:  # CleanupError: what was left
@@ -103,8 +98,6 @@ class MininetNetwork:
     def launches(
         self, backend: Backend, run: int, schedule: Schedule | None, records: Path
     ) -> list[Launch]:
-        from inaemu.cli.train import host_launch, schedule_path
-
         sc, spec = self.sc, replace(self._spec, run_id=run)
         master = sc.host_ip(self.workers[0])
         peers = ""
