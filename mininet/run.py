@@ -45,67 +45,55 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from inaemu.hostlib import args as arg
-from inaemu.hostlib.wire import FRAME_BYTES, K
-from inaemu.hostlib.worker import expected_sum, worker_input
+from inaemu.hostlib.wire import K
 from inaemu.mininet import debian
 from inaemu.mininet.accounting import (
     BW_MARGIN,
-    DROPS_REPORTED_WITHIN,
     RULE,
     BwChoice,
     Capacity,
-    CpuMeter,
-    Usage,
     capacity,
     choose_bw,
-    drops_delta,
-    exited,
-    link_queue_drops,
-    read_port_drops,
-    wait_exited,
+)
+from inaemu.mininet.algo_run import (
+    PROGRESS_EVERY,
+    completion,
+    fmt_bytes,
+    natural,
+    row_of,
+    run_algorithm,
+    run_algorithms,
+    tcpdump_missed,
+    truth,
 )
 from inaemu.mininet.algos import (
     ALGORITHMS,
     CODECS,
     Algorithm,
-    Ina,
     RunSpec,
     algorithm,
     describe,
 )
 from inaemu.mininet.compare import (
     REPEATS,
-    Row,
-    Verdict,
-    bound_notes,
-    check_results,
-    groups,
-    make_row,
-    plot_completion,
     points,
 )
 from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
 from inaemu.mininet.compare import parse_sizes as parse_sizes
-from inaemu.mininet.compare import render_table as render_comparison
+from inaemu.mininet.report import report_comparison, report_single
 from inaemu.mininet.scenario import (
     MAX_BW,
     CleanupError,
-    LinkUse,
     NetOptions,
     RunDir,
     Scenario,
     ScenarioError,
-    link_delta,
     link_params,
     link_shaping,
 )
@@ -115,7 +103,6 @@ from inaemu.topology.model import Topology, TopologyError
 from inaemu.topology.routes import DIRECT_ROLES, NODE_PORTS
 
 PROBE_SIZE = 256 << 10  # --bw auto: elements per worker of the unshaped runs (at most)
-PROGRESS_EVERY = 10.0  # seconds between progress lines while the workers run (--progress)
 RUNS_DIR = "inaemu-mininet"  # the default run dirs' folder, in the temp dir
 
 
@@ -306,378 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-# ---------------------------------------------------------------------- results
-
-
-@dataclass
-class WorkerOutcome:
-    host: str
-    rank: int
-    returncode: int | None  # None: killed at the time limit
-    report: dict[str, Any] = field(default_factory=dict)  # its last JSON line
-    error: str = ""  # the end of its stderr when it failed
-
-
-def natural(name: str) -> tuple[Any, ...]:
-    """h2 before h10."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
-
-
-def expected_result(codec: str, seed: int, n: int, size: int) -> npt.NDArray[Any]:
-    """What every worker must get: numpy's exact sum of the inputs (int32), else the codec run
-    against the reference switch (`hostlib.worker.expected_sum`, which the worker's --check
-    uses too)."""
-    return expected_sum(seed, n, size, codec=codec)
-
-
-def load_results(
-    outcomes: list[WorkerOutcome], results: Path
-) -> tuple[dict[str, npt.NDArray[Any] | None], list[str]]:
-    """Each worker's result array (None: it failed or wrote none) and what went wrong."""
-    arrays: dict[str, npt.NDArray[Any] | None] = {}
-    problems = []
-    for o in outcomes:
-        arrays[o.host] = None
-        if o.returncode != 0:
-            why = "killed at the time limit" if o.returncode is None else f"exit {o.returncode}"
-            problems.append(f"{o.host} (rank {o.rank}): {why}: {o.error}".rstrip(": "))
-            continue
-        try:
-            arrays[o.host] = np.load(results / f"{o.host}.npy")
-        except (OSError, ValueError) as exc:
-            problems.append(f"{o.host}: no result ({exc})")
-    return arrays, problems
-
-
-@dataclass
-class Truth:
-    """What the results of one size are checked against (`compare.check_results`)."""
-
-    size: int
-    sum64: npt.NDArray[np.float64]  # the float64 sum of the inputs
-    abs_sum: npt.NDArray[np.float64]  # the sum of their absolute values
-    exact: npt.NDArray[Any] | None  # `expected_result`, if an algorithm checks "exact"
-
-
-def truth(codec: str, seed: int, n: int, size: int, *, exact: bool) -> Truth:
-    sum64 = np.zeros(size, np.float64)
-    abs_sum = np.zeros(size, np.float64)
-    for rank in range(n):
-        x = worker_input(seed, rank, size, codec=codec).astype(np.float64)
-        sum64 += x
-        abs_sum += np.abs(x)
-    return Truth(size, sum64, abs_sum, expected_result(codec, seed, n, size) if exact else None)
-
-
-def completion(outcomes: list[WorkerOutcome]) -> tuple[float, str]:
-    """The allreduce's completion time and how it was measured."""
-    reports = [o.report for o in outcomes if o.report]
-    if not reports or len(reports) != len(outcomes):
-        return float("nan"), "unknown"
-    if all("start" in r and "end" in r for r in reports):
-        last_start = max(float(r["start"]) for r in reports)
-        return max(float(r["end"]) for r in reports) - last_start, "from the last worker's start"
-    return max(float(r["seconds"]) for r in reports), "the slowest worker's allreduce"
-
-
 # ---------------------------------------------------------------------- the run
-
-
-Progress = Callable[[str], None]
-
-
-def host_bytes_sent(uses: list[LinkUse]) -> int:
-    """Bytes the hosts sent into their links (a host link's a end is the host)."""
-    return sum(u.a_to_b for u in uses if ":" not in u.a)
-
-
-def run_workers(
-    sc: Scenario,
-    algo: Any,
-    spec: RunSpec,
-    limit: float,
-    tag: str = "",
-    *,
-    progress: Progress | None = None,
-    every: float = PROGRESS_EVERY,
-    meter: CpuMeter | None = None,
-) -> tuple[list[WorkerOutcome], Path]:
-    """Every worker at once, each on its host; wait for all (at most `limit` seconds). Logs in
-    logs/, results in build/results/, or in a folder `tag` of each. With `progress`, a line
-    to it every `every` seconds while they run: how many are done, the time so far, the
-    bytes the hosts have sent. With `meter`, every worker's CPU is measured, the last time
-    when it has exited and before it is reaped."""
-    results = sc.run.build / "results" / tag
-    logs = sc.run.logs / tag
-    results.mkdir(parents=True, exist_ok=True)
-    logs.mkdir(parents=True, exist_ok=True)
-    procs = []
-    with (logs / "workers.txt").open("w") as cmds:
-        for rank, host in enumerate(spec.workers):
-            out = results / f"{host}.npy"
-            out.unlink(missing_ok=True)
-            argv = algo.worker_argv(sc, spec, rank, host, out)
-            cmds.write(f"{host}: {subprocess.list2cmdline(argv)}\n")
-            procs.append(
-                sc.popen(host, argv, stdout=logs / f"{host}.json", stderr=logs / f"{host}.log")
-            )
-            if meter is not None:
-                meter.track(procs[-1].pid, host, "worker")
-    started = time.monotonic()
-    deadline = started + limit
-    report = _ProgressReport(sc, algo, spec, limit, started, progress, every)
-    outcomes = []
-    for rank, (host, proc) in enumerate(zip(spec.workers, procs, strict=True)):
-        rc: int | None = None
-        while rc is None and time.monotonic() < deadline:
-            if wait_exited(proc, max(0.0, min(deadline, report.due) - time.monotonic())):
-                if meter is not None:
-                    meter.finished(proc.pid)  # a zombie still shows its CPU time
-                rc = proc.wait()
-            else:
-                report.maybe(procs)
-        outcome = WorkerOutcome(host, rank, rc)
-        stdout = (logs / f"{host}.json").read_text(errors="replace")
-        lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-        if lines:
-            try:
-                outcome.report = json.loads(lines[-1])
-            except ValueError:
-                pass
-        if rc != 0:
-            tail = (logs / f"{host}.log").read_text(errors="replace").strip().splitlines()
-            outcome.error = " | ".join(tail[-3:])
-        outcomes.append(outcome)
-    return outcomes, results
-
-
-class _ProgressReport:
-    """The progress lines of one run's workers (`run_workers`)."""
-
-    def __init__(
-        self,
-        sc: Scenario,
-        algo: Any,
-        spec: RunSpec,
-        limit: float,
-        started: float,
-        out: Progress | None,
-        every: float,
-    ) -> None:
-        self.sc, self.limit, self.started, self.out, self.every = sc, limit, started, out, every
-        self.what = f"{algo.name} x {spec.size:,}"
-        on = out is not None and every > 0
-        self.due = started + every if on else float("inf")
-        self.sent0 = host_bytes_sent(sc.link_counters()) if on else 0
-
-    def maybe(self, procs: list[subprocess.Popen[bytes]]) -> None:
-        """Print a line if one is due."""
-        now = time.monotonic()
-        if self.out is None or now < self.due:
-            return
-        self.due += self.every * (1 + int((now - self.due) // self.every))
-        done = sum(exited(p) for p in procs)  # not reaped: the meter reads them once more
-        sent = host_bytes_sent(self.sc.link_counters()) - self.sent0
-        elapsed = now - self.started
-        self.out(
-            f"  running {self.what}: {done}/{len(procs)} workers done after {elapsed:.0f} s "
-            f"(limit {self.limit:.0f} s); the hosts sent {_fmt_bytes(sent)} so far, "
-            f"{8 * sent / elapsed / 1e6:,.1f} Mbit/s"
-        )
-
-
-@dataclass
-class AlgoRun:
-    """One algorithm at one size on the network: what the runner measured."""
-
-    algo: Algorithm
-    spec: RunSpec
-    facts: dict[str, str]
-    outcomes: list[WorkerOutcome]
-    results: Path  # the folder of the workers' .npy results
-    links: list[LinkUse]  # bytes each link carried while the workers ran
-    stats: str  # `inaemu stats` after it
-    wall: float  # seconds from starting the workers to the last one's exit
-    crashed: list[str]  # switches that died, a failed stats read or clean-up
-    usage: Usage | None = None  # CPU of the switches, workers and machine over the completion
-    drops: dict[str, dict[str, int]] | None = None  # per softswitch, its port drops in the run
-    queue_drops: dict[str, int] | None = None  # per switch, its interfaces' queues' drops in it
-    repeat: int = 1  # which run of this algorithm and size
-
-
-def run_algorithm(
-    sc: Scenario,
-    algo: Algorithm,
-    spec: RunSpec,
-    limit: float,
-    tag: str = "",
-    *,
-    facts: dict[str, str] | None = None,
-    progress: Progress | None = None,
-    every: float = PROGRESS_EVERY,
-) -> AlgoRun:
-    """`algo` on the scenario's programmed network: its set-up (unless done: `facts` is what
-    it said), every worker (with `progress`: lines while they run), the link counters, switch
-    statistics and port drops around them, the CPU of every switch and worker process and of
-    the machine over the completion window (`accounting`), then its clean-up."""
-    if facts is None:
-        facts = algo.prepare(sc, spec)
-    drops0, queues0 = switch_drops(sc), sc.queue_drops()
-    before = sc.link_counters()
-    started, started_at = time.monotonic(), time.time()
-    with CpuMeter() as meter:
-        for sw in sc.net.switches:
-            if sw.proc is not None:
-                meter.track(sw.proc.pid, sw.name, sc.options.switch)
-            for helper in sw.helpers:
-                meter.track(helper.pid, f"tcpdump {sw.name}", "capture")
-        outcomes, results = run_workers(
-            sc, algo, spec, limit, tag, progress=progress, every=every, meter=meter
-        )
-    wall = time.monotonic() - started
-    ended_at = time.time()
-    links = link_delta(before, sc.link_counters())
-    t0, t1 = completion_window(outcomes) or (started_at, ended_at)
-    usage = meter.usage(t0, t1)
-    died = [sw for sw in sc.net.switches if sw.proc is None or sw.proc.poll() is not None]
-    crashed = [f"switch {sw.name} exited during the run: {sw.log_tail()}" for sw in died]
-    try:
-        stats = sc.stats()
-    except ScenarioError as exc:  # e.g. a switch died: the workers' outcome still counts
-        stats = str(exc)
-        crashed.append(stats)
-    if not died:
-        try:
-            algo.finish(sc, spec)
-        except ScenarioError as exc:
-            crashed.append(f"{algo.name}'s clean-up: {exc}")
-    drops = None
-    if drops0 is not None:
-        time.sleep(max(0.0, DROPS_REPORTED_WITHIN - (time.time() - ended_at)))
-        drops = drops_delta(drops0, switch_drops(sc) or {})
-    qdisc = {sw: n - queues0.get(sw, 0) for sw, n in sc.queue_drops().items()}
-    queues = link_queue_drops(drops, qdisc, sc.shaped_switches())
-    return AlgoRun(
-        algo, spec, facts, outcomes, results, links, stats, wall, crashed, usage, drops, queues
-    )
-
-
-def switch_drops(sc: Scenario) -> dict[str, dict[str, int]] | None:
-    """Each softswitch's port drops so far, from its log (`accounting.port_drops`); None on
-    bmv2 (not measured)."""
-    if sc.options.switch != "softswitch":
-        return None
-    return {sw.name: read_port_drops(sw.log_path) for sw in sc.net.switches}
-
-
-def completion_window(outcomes: list[WorkerOutcome]) -> tuple[float, float] | None:
-    """The wall-clock window `completion` measures (from the last worker's start to the last
-    end), or None if the reports do not say."""
-    reports = [o.report for o in outcomes if o.report]
-    if not reports or len(reports) != len(outcomes):
-        return None
-    if not all("start" in r and "end" in r for r in reports):
-        return None
-    return max(float(r["start"]) for r in reports), max(float(r["end"]) for r in reports)
-
-
-def run_algorithms(
-    sc: Scenario,
-    plan: list[tuple[Algorithm, RunSpec]],
-    limit: float,
-    say: Any = print,
-    every: float = PROGRESS_EVERY,
-) -> list[AlgoRun]:
-    """The comparison's core: each (algorithm, spec) of `plan` in turn on one programmed
-    network (`Scenario.program()` done), each in a logs/ and build/results/ folder of its
-    own (`<algo>-<size>`, and `-2`, `-3`, ... for the repeated runs of an algorithm and
-    size), with progress lines every `every` seconds. `row_of` turns a run into a row."""
-    runs = []
-    seen: dict[tuple[str, int], int] = {}
-    for algo, spec in plan:
-        repeat = seen[algo.name, spec.size] = seen.get((algo.name, spec.size), 0) + 1
-        run = run_algorithm(
-            sc,
-            algo,
-            spec,
-            limit,
-            tag=f"{algo.name}-{spec.size}" + (f"-{repeat}" if repeat > 1 else ""),
-            progress=lambda line: say(line, flush=True),
-            every=every,
-        )
-        run.repeat = repeat
-        ok = sum(o.returncode == 0 for o in run.outcomes)
-        again = f" (run {repeat})" if repeat > 1 else ""
-        say(
-            f"  {algo.name} x {spec.size:,}{again}: {ok}/{len(run.outcomes)} workers done in "
-            f"{run.wall:.1f} s",
-            flush=True,
-        )
-        runs.append(run)
-    return runs
-
-
-def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row, Verdict, str]:
-    """A run's row (its results checked against `t`), the verdict, how completion was
-    measured."""
-    arrays, problems = load_results(run.outcomes, run.results)
-    codec, n = run.spec.codec, len(run.spec.workers)
-    check = run.algo.check(codec)
-    bound = run.algo.error_bound(codec, n, t.abs_sum) if check == "bound" else None
-    verdict = check_results(arrays, check=check, exact=t.exact, sum64=t.sum64, bound=bound)
-    seconds, how = completion(run.outcomes)
-    row = make_row(
-        run.algo.name,
-        run.spec.size,
-        codec,
-        check,
-        seconds=seconds,
-        uses=run.links,
-        bandwidths=bandwidths,
-        hosts=run.spec.workers,
-        verdict=verdict,
-        problems=run.crashed + problems,
-        facts=run.facts,
-        usage=run.usage,
-        drops=run.drops,
-        queue_drops=run.queue_drops,
-        repeat=run.repeat,
-    )
-    return row, verdict, how
-
-
-def tcpdump_missed(log: str) -> int | None:
-    """Frames tcpdump saw pass its filter but did not write, or that the kernel dropped
-    before it read them (from the counts it prints when it stops); None if it printed none."""
-    counts = {
-        what: int(n)
-        for n, what in re.findall(
-            r"^(\d+) packets? (captured|received by filter|dropped by kernel)", log, re.MULTILINE
-        )
-    }
-    if len(counts) < 3:
-        return None
-    received, captured = counts["received by filter"], counts["captured"]
-    return max(received - captured, counts["dropped by kernel"])
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
-def render_links(uses: list[LinkUse]) -> list[str]:
-    width = max((len(f"{u.a} -> {u.b}") for u in uses), default=10)
-    lines = [f"  {'link (a -> b)':<{width}}  {'a -> b':>14}  {'b -> a':>14}  shaping"]
-    for u in uses:
-        lines.append(
-            f"  {f'{u.a} -> {u.b}':<{width}}  {u.a_to_b:>12,} B  {u.b_to_a:>12,} B  "
-            f"{u.shaping or '-'}"
-        )
-    return lines
 
 
 def _removed(exc: BaseException) -> str:
@@ -903,7 +519,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     shaped = links_text(args.bw, args.node_ports, direct)
     if single:
         what = f"algo {algos[0].name}, {len(workers)} workers x {sizes[0]:,} {args.codec} "
-        what += f"elements ({_fmt_bytes(4 * sizes[0])}){shaped}; run {plan[0][1].run_id}"
+        what += f"elements ({fmt_bytes(4 * sizes[0])}){shaped}; run {plan[0][1].run_id}"
     else:
         what = f"algorithms {', '.join(a.name for a in algos)}; {len(workers)} workers x "
         what += " / ".join(f"{n:,}" for n in sizes) + f" {args.codec} elements{shaped}"
@@ -1058,103 +674,6 @@ def run_scenario(args: argparse.Namespace) -> int:
         say(f"note: tcpdump missed frames (the pcaps are incomplete): {capture_missed}")
     say(f"run dir: {run.root} (summary.json, build/, logs/{', pcaps/' if args.pcap else ''})")
     return 0 if summary["verified"] else 1
-
-
-def report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, say: Any) -> None:
-    """One algorithm at one size: completion, every link, the switch counters, the verdict."""
-    seconds, size = row.seconds, run.spec.size
-    frames = -(-size // K)
-    say(f"completion: {seconds:.3f} s ({how}); workers ran {run.wall:.1f} s in all")
-    if seconds == seconds and seconds > 0:
-        rate = 8 * 4 * size / seconds / 1e6
-        say(f"  algorithm bandwidth {rate:,.1f} Mbit/s (a worker's input / completion time)")
-    if isinstance(run.algo, Ina):
-        say(
-            f"bytes per link during the allreduce (each worker sends at least {frames:,} "
-            f"frames = {_fmt_bytes(frames * FRAME_BYTES)} per phase):"
-        )
-    else:
-        say("bytes per link during the allreduce (Ethernet frames, TCP headers included):")
-    for line in render_links(run.links):
-        say(line)
-    say("switch counters (inaemu stats):")
-    for line in run.stats.rstrip().splitlines():
-        say(f"  {line}")
-    for line in usage_lines(run.usage):
-        say(line)
-    if row.floor_seconds is not None:
-        say(
-            f"link floor: {row.floor_seconds:.3f} s (the busiest link's bytes at its rate; "
-            f"completion {row.seconds / row.floor_seconds:.2f}x)"
-        )
-    say(f"bound by {row.bound_by}: {row.bound_reason}")
-    if row.problems:
-        say(f"FAILED: {len(row.problems)} problem(s):")
-        for p in row.problems:
-            say(f"  {p}")
-    else:
-        if row.check == "bound":
-            what = f"the float64 sum within the {args.codec} error bound"
-        elif args.codec == "int32":
-            what = "numpy's sum of the inputs"
-        else:
-            what = "the reference"
-        say(
-            f"verified: {len(run.outcomes)} workers' results identical and equal to {what} "
-            f"({size:,} elements; max |error| {row.max_abs_error:.3g})"
-        )
-
-
-def usage_lines(usage: Usage | None) -> list[str]:
-    """The CPU of a run's processes and of the machine, as the report prints it."""
-    if usage is None:
-        return []
-    each = ", ".join(
-        f"{p.name} {p.busy:.0%}" for p in sorted(usage.processes, key=lambda p: -p.busy)
-    )
-    machine = "-" if usage.machine_busy is None else f"{usage.machine_busy:.0%}"
-    return [
-        f"CPU over the completion window ({usage.window:.3f} s), share of one core: {each}; "
-        f"the machine's {usage.cores} cores {machine} busy"
-    ]
-
-
-def report_comparison(
-    rows: list[Row], run: RunDir, args: argparse.Namespace, say: Any, *, title: str
-) -> None:
-    """Several runs: one table, what its columns count, the plot, the problems."""
-    repeated = any(len(g) > 1 for g in groups(rows))
-    for line in render_comparison(rows):
-        say(line)
-    say(
-        "bytes: Ethernet frames counted by the kernel on each link's root-namespace interface "
-        "(Mininet's veths), from the workers' start to their exit; host sent: its link towards "
-        "the switch; floor: the time the busiest link direction's bytes need at its rate; "
-        "load: floor / completion time; busiest process: the switch or worker process that "
-        "used the most of a core over the completion window; machine: all its cores, "
-        "anybody's work; bound: what bounded the time (links, emulator, unclear: docs/"
-        "mininet.md); max |error|: against the float64 sum of the inputs"
-        + ("; with --repeat: the median run, min-max of the times" if repeated else "")
-    )
-    notes = bound_notes(rows)
-    if notes:
-        say("not bound by the links:")
-        for line in notes:
-            say(line)
-    if len(args.sizes or []) > 1:
-        try:
-            path = plot_completion(rows, run.root / "completion.png", title=title)
-            say(f"completion time against size: {path}")
-        except RuntimeError as exc:
-            say(f"no plot: {exc}")
-    failed = [r for r in rows if not r.verified]
-    if failed:
-        say(f"FAILED: {len(failed)} of {len(rows)} run(s):")
-        for r in failed:
-            for p in r.problems:
-                say(f"  {r.algo} x {r.size:,}: {p}")
-    else:
-        say(f"verified: every run ({len(rows)}), each worker's result as its check requires")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet import debian
+from inaemu.mininet.algo_run import expected_result, tcpdump_missed
 from inaemu.mininet.algos import ALGORITHMS, Algorithm, algorithm, register
-from inaemu.mininet.run import default_run_dir, expected_result, parse_size, tcpdump_missed
+from inaemu.mininet.run import default_run_dir, parse_size
 from inaemu.mininet.scenario import link_params
 from inaemu.mininet.scenario import root_interfaces as root_ifs
 from inaemu.topology.builders import star

@@ -31,6 +31,7 @@ from inaemu.collectives.check import step_bytes
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet.accounting import ProcessUse, Usage, two_digits_down
+from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of, truth
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.compare import (
     CHECKS,
@@ -47,19 +48,8 @@ from inaemu.mininet.compare import (
     render_table,
     size_label,
 )
-from inaemu.mininet.run import (
-    AlgoRun,
-    WorkerOutcome,
-    algo_names,
-    bw_scales,
-    choose,
-    links_text,
-    main,
-    parse_sizes,
-    report_comparison,
-    row_of,
-    truth,
-)
+from inaemu.mininet.report import report_comparison
+from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
 from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
 from inaemu.topology.builders import from_spec, star
 from inaemu.topology.model import Topology

@@ -33,8 +33,9 @@ from inaemu.collectives.check import step_loads
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.hostlib.collective import worker as collective_worker
 from inaemu.hostlib.collective.peers import parse_peers
+from inaemu.mininet.algo_run import natural
 from inaemu.mininet.algos import Collective, RunSpec
-from inaemu.mininet.run import choose, natural
+from inaemu.mininet.run import choose
 from inaemu.mininet.scenario import MAX_BW, NetOptions, RunDir, Scenario, link_shaping
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
