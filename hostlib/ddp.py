@@ -306,7 +306,8 @@ def _schedule_client(launch: Launch) -> "ScheduleClient":
 
     from inaemu.collectives.schedule import Schedule
     from inaemu.hostlib.collective.executor import ScheduleClient
-    from inaemu.hostlib.collective.peers import PeerChannel, TcpPeers, parse_peers
+    from inaemu.hostlib.collective.peers import PeerChannel, parse_peers
+    from inaemu.hostlib.collective.tcp_peers import TcpPeers
     from inaemu.hostlib.collective.wire_peers import on_host_wire
     from inaemu.hostlib.collective.worker import default_token
     from inaemu.hostlib.wire import Endpoint

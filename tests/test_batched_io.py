@@ -12,7 +12,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.collective.peers import TcpPeers
+from inaemu.hostlib.collective.tcp_peers import TcpPeers
 from inaemu.hostlib.transport import LoopbackWireTransport, UdpTransport
 from inaemu.hostlib.wire import INA_OFFSET, K, Opcode, pack_payloads
 from inaemu.softswitch.batch import FrameBatch

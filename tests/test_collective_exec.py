@@ -36,13 +36,8 @@ from inaemu.hostlib.collective.executor import (
     inceptionn_error_bound,
     inceptionn_quantizations,
 )
-from inaemu.hostlib.collective.peers import (
-    MemoryMesh,
-    PeerChannel,
-    PeerError,
-    TcpPeers,
-    parse_peers,
-)
+from inaemu.hostlib.collective.peers import MemoryMesh, PeerChannel, PeerError, parse_peers
+from inaemu.hostlib.collective.tcp_peers import TcpPeers
 from inaemu.hostlib.wire import INT32_MAX, Opcode
 from inaemu.hostlib.worker import digest, worker_input
 

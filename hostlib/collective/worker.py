@@ -44,7 +44,8 @@ from inaemu.hostlib.collective.executor import (
     ScheduleCodec,
     make_schedule_codec,
 )
-from inaemu.hostlib.collective.peers import PeerError, TcpPeers, parse_peers
+from inaemu.hostlib.collective.peers import PeerError, parse_peers
+from inaemu.hostlib.collective.tcp_peers import TcpPeers
 from inaemu.hostlib.worker import digest, worker_input
 
 
