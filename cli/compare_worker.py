@@ -1,4 +1,4 @@
-"""The worker side of the comparison (`controller/compare.py`): one process per host that
+"""The worker side of the comparison (`compare.py`): one process per host that
 runs every algorithm in turn on its loopback wire, as the parent tells it.
 
 For each `Task` the worker attaches (an INA client, or a `WirePeerChannel` for a host

@@ -1,6 +1,6 @@
 """The worker side of `inaemu demo`: what each worker process runs, and the result check.
 
-Kept apart from `controller.demo` so that a worker process (started with `spawn`) imports
+Kept apart from `demo.py` so that a worker process (started with `spawn`) imports
 only the host library and numpy, not the controller's gRPC stack: with sixteen workers on a
 laptop that is seconds of start-up saved.
 """
@@ -44,9 +44,9 @@ class DemoOptions:
     run: int | None = None  # the workers' run id; None: the parent draws a fresh one
     topo: str | None = None  # a compact spec (leaf-spine:2x2x4) or topology file; None: star
     trees: int = 0  # aggregation trees with a topology (0: one per root candidate)
-    algos: tuple[str, ...] = ()  # the comparison (controller/compare.py): ina and schedules
+    algos: tuple[str, ...] = ()  # the comparison (compare.py): ina and schedules
     mtu: int = 1500  # the comparison: IPv4 packet bytes of the host collectives' frames
-    node_ports: str = "all"  # the comparison: torus and mesh node model (collectives.routes)
+    node_ports: str = "all"  # the comparison: torus and mesh node model (topology.routes)
     sizes: tuple[int, ...] = ()  # the comparison: several sizes (elements); () = (size,)
     repeat: int = 1  # the comparison: runs of each algorithm at each size
     run_dir: str | None = None  # the comparison: summary.json, completion.png, logs/

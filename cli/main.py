@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--algo",
         help="compare on the same network, one after the other: ina,ring,hd,hdrm,multitree,"
         "ps (a list) or all, each host collective in its own rank order; every result "
-        "verified, one table (controller/compare.py)",
+        "verified, one table (cli/compare.py)",
     )
     d.add_argument(
         "--node-ports",

@@ -116,7 +116,7 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
 
 def algorithm(name: str, node_ports: str = ALL_PORTS) -> Algorithm:
     """An instance of the algorithm called `name`, for runs under the node model
-    `node_ports` (`collectives.routes`: what a host collective's schedule is built for)."""
+    `node_ports` (`topology.routes`: what a host collective's schedule is built for)."""
     try:
         return ALGORITHMS[name](node_ports)
     except KeyError:

@@ -4,7 +4,7 @@ hosts set up for INA workers. In the spirit of p4-utils' `P4Switch` / `P4Runtime
 
 A switch node lives in the root namespace (Mininet's default for switches, as in p4-utils):
 its interfaces `<switch>-eth<port>` are root-namespace veths, and its P4Runtime server listens
-on its own 127.0.0.1 port, where the controller's commands reach it. It starts with no
+on its own 127.0.0.1 port, where the controller reaches it. It starts with no
 program; `inaemu pipeline push` installs ina.p4.
 
 - `SoftSwitchNode`: `python -m inaemu.softswitch` on AF_PACKET sockets on the node's

@@ -1,5 +1,6 @@
 """`inaemu mininet` (also `python -m inaemu.mininet`): one allreduce scenario on a Mininet
-network, programmed only through the controller's commands, every result checked.
+network, programmed only through the controller's operations (`controller/api.py`), every
+result checked.
 
     inaemu mininet --topo star:4 --switch softswitch --algo ina --size 16M --bw 20
     inaemu mininet --topo leaf-spine:2x2x2 --switch bmv2 --algo ina-1tree --loss 0.01 --pcap
@@ -8,9 +9,10 @@ network, programmed only through the controller's commands, every result checked
 
 It installs Mininet from Debian when it is missing (root), builds the network (hosts in
 namespaces, switch nodes in the root namespace on 127.0.0.1 P4Runtime ports, links shaped to
-`--bw` Mbit/s with Mininet's TCLink), runs `inaemu pipeline push`, `routes`, `loss` and the
-algorithm's set-up (`job add` for ina), starts one worker per host with a fresh run id, waits
-for all, reads `inaemu stats`, removes the network and then checks every result: all
+`--bw` Mbit/s with Mininet's TCLink), pushes the pipeline, installs the routes and the loss and
+does the algorithm's set-up (a job for ina) as `inaemu pipeline push`, `routes`, `loss` and
+`job add` would, starts one worker per host with a fresh run id, waits for all, reads the
+switches' counters (as `inaemu stats`), removes the network and then checks every result: all
 workers' arrays equal to the sum of the inputs (int32: numpy's exact sum; other codecs: the
 codec run against the reference switch, bit for bit). It prints the completion time, the
 bytes each link carried and each switch's counters, and writes `summary.json`, `build/`,

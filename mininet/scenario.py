@@ -180,7 +180,7 @@ def link_params(
 
 def link_shaping(topo: Topology, default_bw: float | None, node_ports: str) -> list[dict[str, Any]]:
     """`link_params` of every link of `topo`, in order, under the node model `node_ports`
-    (`collectives.routes`): with `all`, the host link of a torus or mesh node is shaped to
+    (`topology.routes`): with `all`, the host link of a torus or mesh node is shaped to
     the default bandwidth times the node's network ports (`host_link_capacity`, the factor
     the checker's alpha-beta model uses), so that the node can drive all its links at once;
     with `1`, like every other link."""

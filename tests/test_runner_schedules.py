@@ -1,6 +1,6 @@
 """The side-by-side runners run the schedules the checker checks.
 
-`inaemu demo --algo` (`controller/compare.py`) and `inaemu mininet --algo`
+`inaemu demo --algo` (`cli/compare.py`) and `inaemu mininet --algo`
 (`mininet/algos.py`) hand every worker a schedule, its rank and its peers. Here that hand-over
 is replayed, without a network: for every topology family, every host collective that runs
 there and both node models, each worker's sends (its host, to the host behind the peer its

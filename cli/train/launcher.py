@@ -431,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="inaemu train",
         description="Run a DDP training script on the emulated network, once per backend, "
         "and plot the backends' loss and accuracy against iterations and time "
-        "(controller/train.py; examples/train_ddp.py is one such script).",
+        "(cli/train/launcher.py; examples/train_ddp.py is one such script).",
     )
     ap.add_argument("script", type=Path, help="the training script (examples/train_ddp.py)")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")

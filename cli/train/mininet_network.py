@@ -31,7 +31,7 @@ from inaemu.topology.model import Topology
 
 
 class MininetNetwork:
-    """A `Network` for `controller.train` (see the module doc)."""
+    """A `Network` for the launcher (see the module doc)."""
 
     def __init__(self, topo: Topology, workers: tuple[str, ...], opts: TrainOptions) -> None:
         self.topology = topo
