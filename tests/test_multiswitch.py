@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from inaemu.cli import main as cli
-from inaemu.controller.jobs import JobSpec
+from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.hostlib.wire import K
 from inaemu.p4.plan import CHILD_TABLE, EGRESS_TABLE, JOB_TABLE
@@ -167,3 +167,43 @@ def test_cli_job_add_reports_trees_and_stats_report_links(
         assert cli.main(["job", "remove", "-t", t, "--job", "1"]) == 0
         assert cli.main(["job", "remove", "-t", t, "--job", "2"]) == 0
     assert all(state == (0, 0, 0, 0) for state in job_state(fab).values())
+
+
+def test_the_controller_api_needs_no_command_line(tmp_path: Path) -> None:
+    """`controller.api`, what the subcommands and the Mininet scenario call: each operation
+    over the topology and job state files, returning values, not text. A job added is in the
+    state file and the switches, its run ids count from 1, a refusal comes before any switch
+    is touched and says what to fix, and a removed job leaves the switches empty."""
+    from inaemu.controller import api
+
+    topo = leaf_spine(2, 2, 2)
+    fab = fabric_of(topo)
+    with served(topo, fab) as topo:
+        path = tmp_path / "ls.json"
+        topo.save(path)
+        files = api.NetworkFiles(path)
+        assert sorted(api.push_pipeline(files).switches) == ["l1", "l2", "s1", "s2"]
+        api.install_routes(files)
+        record = api.add_job(files, JobSpec(1, ("h1", "h2", "h3", "h4"), n_trees=0))
+        assert record.roots == ["s1", "s2"] and record.spec.n_trees == 2
+        assert api.describe_trees(record).startswith("job 1: 2 tree(s), roots 0:s1, 1:s2")
+        assert job_state(fab)["l1"] == (2, 4, 2, 2)
+        assert files.state_path == tmp_path / "ls.json.jobs.json"
+        assert [r.spec for r in api.list_jobs(files)] == [record.spec]
+        assert [api.new_run(files, 1) for _ in range(2)] == [1, 2]
+        before = job_state(fab)
+        with pytest.raises(ControllerError, match="unknown switch 'x1'"):
+            api.set_loss(files, "x1", [1], 0.5)
+        with pytest.raises(ValueError, match=r"within 0\.\.1"):
+            api.set_loss(files, "l1", [1], 1.5)
+        assert job_state(fab) == before
+        api.set_loss(files, "l1", [1, 2], 0.25)
+        for h in ("h1", "h2", "h3", "h4"):
+            fab.send(h, chunk_frame(topo, h, np.ones(K, np.int32), 0, n_trees=2, window=64))
+        report = api.read_stats(files)
+        assert sum(report.switch_packets("l2")) > 0
+        assert api.remove_job(files, 1) == []
+        assert all(state == (0, 0, 0, 0) for state in job_state(fab).values())
+        assert api.list_jobs(files) == []
+        with pytest.raises(JobError, match="job 1 is not installed"):
+            api.new_run(files, 1)
