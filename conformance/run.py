@@ -4,6 +4,11 @@
     inaemu conformance --target bmv2                # ... on simple_switch (p4c-bm2-ss compiles)
     inaemu conformance --target all -k sum_ -k tree_
     inaemu conformance --cases my_cases/ --target bmv2 --json build/ina.json
+    inaemu conformance --target softswitch:fast     # one of the softswitch's two data planes
+
+Targets: `softswitch:fast` (the compiled data plane, softswitch/fast/), `softswitch:reference`
+(the Python pipeline it must agree with), `bmv2`; `softswitch` is both softswitch data planes,
+`all` all three.
 
 Cases are .stf files (one switch, p4c's STF format) and .mstf files (several switches joined
 by links: stf.py's docstring); on bmv2 a multi-switch case starts one simple_switch per switch
@@ -31,9 +36,17 @@ from inaemu.conformance.network import NETWORK_SUFFIX, NetworkCase, load_network
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import CaseResult, StfCase, StfError, load_stf, run_case
 from inaemu.hostlib.args import ArgumentParser
+from inaemu.softswitch.fast.dataplanes import (
+    DATAPLANES,
+    DEFAULT_DATAPLANE,
+    make_pipeline,
+    warm_up,
+)
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
-TARGETS = ("softswitch", "bmv2")
+SOFTSWITCH_TARGETS = tuple(f"softswitch:{plane}" for plane in DATAPLANES)
+TARGETS = (*SOFTSWITCH_TARGETS, "bmv2")
+TARGET_GROUPS = {"softswitch": SOFTSWITCH_TARGETS, "all": TARGETS}
 FAILURES_SHOWN = 8  # failure lines printed per failed case
 BMV2_PARALLEL = 4  # cases at once on bmv2 (each simple_switch has its own ports and sockets)
 CASE_SUFFIXES = (".stf", NETWORK_SUFFIX)  # one switch; several (network.py)
@@ -83,16 +96,23 @@ def load_case(path: Path) -> AnyCase:
     return load_network(path) if path.suffix == NETWORK_SUFFIX else load_stf(path)
 
 
-def run_softswitch(case: AnyCase) -> CaseResult:
-    """A case on fresh in-process softswitches, one per switch of a multi-switch case."""
+def run_softswitch(case: AnyCase, dataplane: str = DEFAULT_DATAPLANE) -> CaseResult:
+    """A case on fresh in-process softswitches running `dataplane` (fast or reference), one
+    per switch of a multi-switch case."""
+
+    def target() -> SoftswitchTarget:
+        return SoftswitchTarget(make_pipeline(dataplane))
+
     if isinstance(case, NetworkCase):
-        return run_network(case, {sw: SoftswitchTarget() for sw in case.setups})
-    return run_case(case, SoftswitchTarget())
+        return run_network(case, {sw: target() for sw in case.setups})
+    return run_case(case, target())
 
 
 def _runner(target: str, json_path: Path | None) -> Callable[[AnyCase], CaseResult]:
-    if target == "softswitch":
-        return run_softswitch
+    if target in SOFTSWITCH_TARGETS:
+        dataplane = target.partition(":")[2]
+        warm_up(dataplane)  # the fast one compiles (or loads) here, not in the first case
+        return partial(run_softswitch, dataplane=dataplane)
     missing = bmv2_available()
     if missing is not None:
         raise ConformanceError(
@@ -154,10 +174,10 @@ def _format_row(row: Row) -> str:
         if row.result is not None
         else f"{'-':>6} {'-':>6}"
     )
-    return f"{row.case:<22} {row.target:<11} {verdict:<5} {packets} {row.seconds:>7.2f}"
+    return f"{row.case:<22} {row.target:<20} {verdict:<5} {packets} {row.seconds:>7.2f}"
 
 
-HEADER = f"{'case':<22} {'target':<11} {'':<5} {'in':>6} {'out':>6} {'seconds':>7}"
+HEADER = f"{'case':<22} {'target':<20} {'':<5} {'in':>6} {'out':>6} {'seconds':>7}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,7 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="inaemu conformance", description=__doc__.splitlines()[0] if __doc__ else None
     )
     ap.add_argument(
-        "--target", choices=(*TARGETS, "all"), default="softswitch", help="default %(default)s"
+        "--target",
+        choices=(*TARGETS, *TARGET_GROUPS),
+        default="softswitch",
+        help="softswitch:fast, softswitch:reference, bmv2; softswitch (both of its data "
+        "planes) or all (default %(default)s)",
     )
     ap.add_argument(
         "--cases",
@@ -182,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    targets = TARGETS if args.target == "all" else (args.target,)
+    targets = TARGET_GROUPS.get(args.target, (args.target,))
     try:
         cases = find_cases(args.cases or [CASES_DIR], args.names)
         rows = run(cases, targets, args.json)

@@ -1,4 +1,6 @@
-"""The softswitch as a conformance target (in-process, synchronous)."""
+"""The softswitch as a conformance target (in-process, synchronous): a `Pipeline`, the reference
+or the fast one (softswitch/fast/), set up through the table and group methods that every
+data plane watches for changes."""
 
 from __future__ import annotations
 
@@ -39,8 +41,8 @@ class SoftswitchTarget:
 
     def mc_node_associate(self, mgid: int, handle: int) -> None:
         rid, ports = self._nodes[handle]
-        group = self.pipeline.multicast.groups[mgid]
-        group.extend((p, rid) for p in ports)
+        multicast = self.pipeline.multicast
+        multicast.modify(mgid, [*multicast.groups[mgid], *((p, rid) for p in ports)])
 
     def send(self, port: int, data: bytes) -> list[tuple[int, bytes]]:
         return self.pipeline.process(port, data)

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 from inaemu.controller.demo_worker import (
@@ -62,6 +63,7 @@ from inaemu.controller.topology import (
 from inaemu.controller.trees import parents
 from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
+from inaemu.softswitch.fast.dataplanes import warm_up
 
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
 WORKER_START_TIMEOUT = 60.0  # seconds for every worker process to attach to its switch
@@ -225,6 +227,7 @@ def _await_ready(proc: subprocess.Popen[str], log: IO[str], deadline: float) -> 
 
 def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
     """The softswitch process, its P4Runtime address and its wire dir (from its READY line)."""
+    warm_up(opts.dataplane)  # compiled here once if need be; the switch loads it from the cache
     argv = [
         sys.executable,
         "-m",
@@ -236,6 +239,8 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
         *(["--wire-dir", opts.wire_dir] if opts.wire_dir else []),
         "--seed",
         str(opts.seed),
+        "--dataplane",
+        opts.dataplane,
     ]
     with tempfile.TemporaryFile("w+") as log:
         proc = _launch(argv, log)
@@ -248,15 +253,23 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
 
 
 def start_switches(
-    topo: Topology, workers: Sequence[str], wire_dir: str, opts: DemoOptions
+    topo: Topology,
+    workers: Sequence[str],
+    wire_dir: str,
+    opts: DemoOptions,
+    log_dir: Path | None = None,
 ) -> tuple[dict[str, subprocess.Popen[str]], dict[str, str]]:
     """One softswitch process per switch, all at once: its workers' ports on host wires, its
-    links to the other switches' ports, in `wire_dir`; (processes, P4Runtime addresses)."""
+    links to the other switches' ports, in `wire_dir`; (processes, P4Runtime addresses).
+    Each switch's stderr goes to `log_dir`/<switch>.log (kept), else to a temporary file."""
     host_ports: dict[str, list[int]] = {sw: [] for sw in topo.switches}
     for host in workers:
         home, port = topo.host_attachment(host)
         host_ports[home].append(port)
     adj = topo.adjacency()
+    # The fast data plane compiled here once if numba's cache lacks it: the switches then load
+    # it, rather than all compiling at once (on a fresh checkout, longer than the timeout).
+    warm_up(opts.dataplane)
     procs: dict[str, subprocess.Popen[str]] = {}
     addresses: dict[str, str] = {}
     with ExitStack() as files:
@@ -270,12 +283,16 @@ def start_switches(
                     *("--name", name, "--device-id", str(sw.device_id)),
                     *("--grpc", "127.0.0.1:0", "--wire-dir", wire_dir),
                     *("--seed", str(opts.seed + sw.device_id)),
+                    *("--dataplane", opts.dataplane),
                 ]
                 if host_ports[name]:
                     argv += ["--wires", ",".join(map(str, sorted(host_ports[name])))]
                 for port, (peer, peer_port) in sorted(adj[name].items()):
                     argv += ["--link", f"{port}={peer}.{peer_port}"]
-                logs[name] = files.enter_context(tempfile.TemporaryFile("w+"))
+                if log_dir is not None:
+                    logs[name] = files.enter_context((log_dir / f"{name}.log").open("w+"))
+                else:
+                    logs[name] = files.enter_context(tempfile.TemporaryFile("w+"))
                 procs[name] = _launch(argv, logs[name])
             deadline = time.monotonic() + SWITCH_START_TIMEOUT
             for name, proc in procs.items():

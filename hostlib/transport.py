@@ -4,18 +4,20 @@ All transports carry INA payloads (header + K lanes, `hostlib.wire.INA_DTYPE` re
 differ in what wraps them:
 
 - `LoopbackWireTransport`: whole Ethernet frames over a softswitch loopback wire, the host
-  end `s1.p.host` of switch port p in the switch's wire dir (`hostlib.loopback`: AF_UNIX
-  datagrams in a private directory; the softswitch prints it as `wire_dir=` on its READY
-  line). No root, no UDP ports; only the switch port can send to it.
+  end `s1.p.host` of switch port p in the switch's wire dir (`hostlib.loopback`: an AF_UNIX
+  stream connection between ends in a private directory; the softswitch prints it as
+  `wire_dir=` on its READY line). No root, no UDP ports; only the switch port can send to it.
 - `UdpTransport`: a kernel UDP socket (Mininet hosts, real NICs): the kernel adds
   Ethernet/IPv4/UDP; the switch's aggregation address needs an ARP entry on the host.
 
-Sends go out back to back from one buffer and receives drain the socket in batches; no work
-per element is done in Python.
+A send builds every frame of its batch with numpy and hands them to the kernel in one system
+call; a receive takes every frame that has arrived in one call and parses them with numpy; no
+work per frame or element is done in Python.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
@@ -24,7 +26,16 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.loopback import WireDir, WireEnd, host_end, port_end
+from inaemu.hostlib.batch_io import IoCounts, Mmsg, sockaddr_in
+from inaemu.hostlib.loopback import (
+    FEW,
+    READ_BYTES,
+    RECORD_HEADER,
+    WireDir,
+    WireEnd,
+    host_end,
+    port_end,
+)
 from inaemu.hostlib.wire import (
     ETHERTYPE_IPV4,
     FRAME_BYTES,
@@ -32,15 +43,18 @@ from inaemu.hostlib.wire import (
     INA_DTYPE,
     INA_OFFSET,
     INA_UDP_PORT,
+    IP_PROTO_UDP,
     Endpoint,
     FrameTemplate,
 )
 
-RECV_BATCH = 256
+RECV_BATCH = 256  # datagrams one UDP receive takes at most
+UDP_SLOT = 512  # bytes of a receive slot (an INA payload is 270)
 _IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 SOCKET_BUFFER = 8 << 20
-SEND_WAIT = 0.01  # seconds a loopback send sleeps for room before trying again
-_DONTWAIT = socket.MSG_DONTWAIT
+_RECORD = RECORD_HEADER + FRAME_BYTES  # one INA frame on a wire's stream
+_HEAD = FRAME_BYTES.to_bytes(RECORD_HEADER, "little")
+_ENDS = np.arange(1, FEW + 1, dtype=np.int64) * _RECORD
 
 
 class TransportError(OSError):
@@ -77,11 +91,12 @@ class LoopbackWireTransport(WireEnd):
     """The host end of the loopback wire on port `switch_port` of softswitch `switch_name`,
     in `wire_dir` (the softswitch's `wire_dir`).
 
-    The socket is connected to the switch port's end as soon as that exists (at once when
-    the switch runs, else on a later send): from then on the kernel refuses datagrams to it
-    from any other socket, and a send sleeps in the kernel until the switch has room. Until
-    connected, datagrams not from the switch port are dropped and counted in `rx_foreign`.
-    A send while the switch is absent loses the frame, as on a wire (the client retransmits).
+    The end connects to the switch port as soon as that exists (at once when the switch
+    runs, else on a later send or receive, and again after the switch restarted); nothing
+    else can reach it (`hostlib.loopback`). A send builds the frames of the whole batch with
+    numpy and hands them to the kernel in one call; it never waits: what the switch has no
+    room for, or a send while the switch is absent, is lost as on a wire (`tx_dropped`; the
+    client retransmits). A receive takes every frame that has arrived in one call.
     """
 
     def __init__(
@@ -99,101 +114,128 @@ class LoopbackWireTransport(WireEnd):
             host_end(switch_name, switch_port),
             port_end(switch_name, switch_port),
             hint=f"is another worker on port {switch_port} of {switch_name}?",
-            send_timeout=SEND_WAIT,
         )
         host = host or Endpoint(f"02:00:00:00:00:{switch_port & 0xFF:02x}", f"10.0.0.{switch_port}")
         switch = switch or Endpoint("02:00:00:00:00:fe", "10.0.0.254")
         self.prefix = FrameTemplate(host, switch).prefix()
-        self.connected = False
-        self._connect()
+        self._prefix = np.frombuffer(self.prefix, np.uint8)
+        self._rx: npt.NDArray[np.uint8] = np.empty(READ_BYTES, np.uint8)
         self.frames_sent = 0
         self.frames_received = 0
-
-    def _connect(self) -> bool:
-        try:
-            self.sock.connect(self.peer)
-        except OSError:  # no switch port (yet), or a stale path
-            return False
-        self.connected = True
-        return True
+        self.connect()
 
     def send(self, payloads: npt.NDArray[np.void]) -> None:
-        buf = payloads.tobytes()
-        prefix, send_frame = self.prefix, self._send_frame
-        for off in range(0, len(buf), INA_BYTES):
-            if not send_frame(prefix + buf[off : off + INA_BYTES]):
-                self.tx_dropped += 1  # lost, like on a wire with nothing at the other end
-        self.frames_sent += len(payloads)
-
-    def _send_frame(self, frame: bytes) -> bool:
-        for _ in range(2):  # a second try after reconnecting to a restarted switch
-            if not self.connected and not self._connect():
-                return False  # no switch on the wire
-            try:
-                while True:
-                    try:
-                        self.sock.send(frame)  # sleeps up to SEND_WAIT for room
-                        return True
-                    except BlockingIOError:
-                        pass
-            except OSError:  # the switch port went away (ECONNREFUSED)
-                self.connected = False
-        return False
+        n = len(payloads)
+        if n == 0:
+            return
+        if n < FEW:  # one by one: cheaper than numpy's set-up
+            raw = payloads.tobytes()
+            head = _HEAD + self.prefix
+            data = b"".join(
+                [head + raw[i : i + INA_BYTES] for i in range(0, n * INA_BYTES, INA_BYTES)]
+            )
+            self.write(data, _ENDS[:n])
+            self.frames_sent += n
+            return
+        records = np.empty((n, _RECORD), np.uint8)
+        records[:, 0] = FRAME_BYTES & 0xFF
+        records[:, 1] = FRAME_BYTES >> 8
+        records[:, RECORD_HEADER : RECORD_HEADER + INA_OFFSET] = self._prefix
+        records[:, RECORD_HEADER + INA_OFFSET :] = (
+            np.ascontiguousarray(payloads).view(np.uint8).reshape(n, INA_BYTES)
+        )
+        self.write(records.reshape(-1).data, np.arange(1, n + 1, dtype=np.int64) * _RECORD)
+        self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
-        if not _wait_readable(self.sock, timeout):
+        if not self.wait(timeout):
             return np.empty(0, dtype=INA_DTYPE)
-        chunks: list[bytes] = []
-        recvfrom, peer = self.sock.recvfrom, self.peer
-        for _ in range(RECV_BATCH):
-            try:
-                frame, source = recvfrom(FRAME_BYTES + 64, _DONTWAIT)
-            except (BlockingIOError, ConnectionError):
-                break
-            if source != peer:
-                self.rx_foreign += 1
-            elif len(frame) >= FRAME_BYTES and frame[12:14] == _IPV4 and frame[23] == 17:
-                chunks.append(frame[INA_OFFSET:FRAME_BYTES])
-        self.frames_received += len(chunks)
-        return np.frombuffer(b"".join(chunks), dtype=INA_DTYPE)
+        offsets, lengths, _, _ = self.read(self._rx, 0, len(self._rx))
+        payloads = ina_payloads(self._rx, offsets, lengths)
+        self.frames_received += len(payloads)
+        return payloads
+
+
+def ina_payloads(
+    buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+) -> npt.NDArray[np.void]:
+    """The INA payloads of the IPv4/UDP frames `buf[offsets[i]:][:lengths[i]]` that are
+    long enough (others are skipped), as one array of records. Frames at evenly spaced
+    offsets (what one read of same-size frames gives) are viewed in place, others gathered."""
+    count = len(offsets)
+    if count < FEW:  # one by one: cheaper than numpy's set-up
+        view = buf.data
+        parts = []
+        for off, n in zip(offsets.tolist(), lengths.tolist(), strict=True):
+            frame = view[off : off + FRAME_BYTES]
+            if n >= FRAME_BYTES and frame[12:14] == _IPV4 and frame[23] == IP_PROTO_UDP:
+                parts.append(frame[INA_OFFSET:])
+        return np.frombuffer(b"".join(parts), dtype=INA_DTYPE)
+    ok = lengths >= FRAME_BYTES
+    if not ok.all():
+        offsets = offsets[ok]
+    count = len(offsets)
+    if count == 0:
+        return np.empty(0, dtype=INA_DTYPE)
+    step = int(offsets[1] - offsets[0]) if count > 1 else FRAME_BYTES
+    if step >= FRAME_BYTES and (count < 3 or bool((np.diff(offsets) == step).all())):
+        rows = np.lib.stride_tricks.as_strided(
+            buf[int(offsets[0]) :], shape=(count, FRAME_BYTES), strides=(step, 1), writeable=False
+        )
+    else:
+        rows = buf[offsets[:, None] + np.arange(FRAME_BYTES)]
+    keep = (rows[:, 12] == _IPV4[0]) & (rows[:, 13] == _IPV4[1]) & (rows[:, 23] == IP_PROTO_UDP)
+    if not keep.all():
+        rows = rows[keep]
+    return np.ascontiguousarray(rows[:, INA_OFFSET:]).view(INA_DTYPE).reshape(-1)
 
 
 class UdpTransport:
-    """Kernel UDP: payloads to (switch_ip, INA_UDP_PORT), results on (local_ip, INA_UDP_PORT)."""
+    """Kernel UDP: payloads to (switch_ip, INA_UDP_PORT), results on (local_ip, INA_UDP_PORT).
+
+    A send hands the whole batch to the kernel with `sendmmsg` (as many datagrams per call as
+    it takes; a full socket buffer is waited out), a receive takes up to RECV_BATCH datagrams
+    with one `recvmmsg` (`hostlib.batch_io`)."""
 
     def __init__(self, local_ip: str, switch_ip: str, *, port: int = INA_UDP_PORT) -> None:
         self.peer = (switch_ip, port)
         self.sock = _udp_socket((local_ip, port), "the INA UDP socket")
+        self._mmsg = Mmsg(RECV_BATCH, UDP_SLOT, name=sockaddr_in(switch_ip, port))
+        self.counts = IoCounts()
         self.frames_sent = 0
         self.frames_received = 0
 
     def send(self, payloads: npt.NDArray[np.void]) -> None:
-        buf = payloads.tobytes()
-        sendto, peer = self.sock.sendto, self.peer
-        for off in range(0, len(buf), INA_BYTES):
-            while True:
-                try:
-                    sendto(buf[off : off + INA_BYTES], peer)
-                    break
-                except BlockingIOError:
-                    select.select([], [self.sock], [], 0.01)
-                except ConnectionRefusedError:
-                    break
-        self.frames_sent += len(payloads)
+        n = len(payloads)
+        buf = np.ascontiguousarray(payloads).view(np.uint8).reshape(-1)
+        offsets = np.arange(n, dtype=np.int64) * INA_BYTES
+        lengths = np.full(n, INA_BYTES, np.int64)
+        fd, done = self.sock.fileno(), 0
+        while done < n:
+            sent, err, calls = self._mmsg.send(fd, buf, offsets[done:], lengths[done:])
+            self.counts.tx_calls += calls
+            self.counts.tx_frames += sent
+            done += sent
+            if err == errno.EAGAIN:  # the socket's buffer is full: wait for room
+                select.select([], [self.sock], [], 0.01)
+            elif err:  # e.g. ECONNREFUSED from an earlier datagram: this one is lost
+                done += 1
+        self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
         if not _wait_readable(self.sock, timeout):
             return np.empty(0, dtype=INA_DTYPE)
-        chunks: list[bytes] = []
-        for _ in range(RECV_BATCH):
-            try:
-                data = self.sock.recv(INA_BYTES + 64)
-            except (BlockingIOError, ConnectionRefusedError):
-                break
-            if len(data) >= INA_BYTES:
-                chunks.append(data[:INA_BYTES])
-        self.frames_received += len(chunks)
-        return np.frombuffer(b"".join(chunks), dtype=INA_DTYPE)
+        try:
+            n = self._mmsg.recv(self.sock.fileno())
+        except ConnectionRefusedError:
+            n = 0
+        self.counts.rx_calls += 1
+        self.counts.rx_frames += n
+        long_enough = self._mmsg.lengths[:n] >= INA_BYTES
+        rows = self._mmsg.slots[:n][long_enough, :INA_BYTES]
+        payloads = np.ascontiguousarray(rows).view(INA_DTYPE).reshape(-1)
+        self.frames_received += len(payloads)
+        return payloads
 
     def close(self) -> None:
         self.sock.close()

@@ -40,6 +40,7 @@ from typing import IO, Any, ClassVar
 from inaemu.controller.bmv2 import notifications_address, simple_switch_grpc_argv
 from inaemu.mininet.debian import load
 from inaemu.mininet.scenario import ScenarioError
+from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
 
 mn = load()
 # Mininet's classes (untyped): bases of the nodes below
@@ -245,19 +246,30 @@ class InaSwitch(_Switch):  # type: ignore[misc]
 
 class SoftSwitchNode(InaSwitch):
     """inaemu's softswitch (`python -m inaemu.softswitch`) on AF_PACKET on this node's ports;
-    P4Runtime on a port of 127.0.0.1 the softswitch picks (read from its READY line)."""
+    P4Runtime on a port of 127.0.0.1 the softswitch picks (read from its READY line).
+
+    params: `dataplane` (the softswitch's --dataplane: fast, the compiled one, or reference,
+    the Python pipeline; default fast)."""
 
     kind = "softswitch"
+
+    def __init__(self, name: str, *, dataplane: str = DEFAULT_DATAPLANE, **params: Any) -> None:
+        super().__init__(name, **params)
+        self.dataplane = dataplane
 
     def command(self) -> list[str]:
         argv = [sys.executable, "-m", "inaemu.softswitch", "--name", self.name]
         argv += ["--grpc", "127.0.0.1:0", "--device-id", str(self.device_id)]
         argv += ["--seed", str(self.device_id)]  # loss injection: each switch its own draws
+        argv += ["--dataplane", self.dataplane]
         for port, ifname in self.data_ports().items():
             argv += ["--iface", f"{port}={ifname}"]
         return argv
 
     def start(self, controllers: Any) -> None:
+        # Compiled here once if numba's cache lacks it (a fresh checkout): the switches then
+        # load it, rather than all compiling at once and missing START_TIMEOUT.
+        warm_up(self.dataplane)
         super().start(controllers)
         if self.pcap_dir is not None:
             for ifname in self.data_ports().values():

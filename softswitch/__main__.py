@@ -5,15 +5,21 @@
     python -m inaemu.softswitch --name s2 --grpc 127.0.0.1:0 --wire-dir /tmp/w --link 1=s1.3
     python -m inaemu.softswitch --iface 1=s1-eth1 --iface 2=s1-eth2   # Mininet veths (root)
 
-Loopback wires (`hostlib.loopback`) are AF_UNIX datagram sockets in a private wire dir: a new
-one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if missing; it
-must be private). `--wires` gives port p the end NAME.p wired to the host end NAME.p.host;
-`--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links back.
+Loopback wires (`hostlib.loopback`) are AF_UNIX stream connections between ends in a private
+wire dir: a new one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if
+missing; it must be private). `--wires` gives port p the end NAME.p wired to the host end
+NAME.p.host; `--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links
+back.
 
-When everything is up it prints one line to stdout, for scripts to wait on; a host attaches
-with `LoopbackWireTransport(port, wire_dir, switch_name=name)`:
+`--dataplane fast` (the default) runs the compiled data plane (softswitch/fast/), which it
+loads from numba's on-disk cache, or compiles, before anything else; `--dataplane reference`
+the Python pipeline (softswitch/pipeline.py). When everything is up it prints one line to
+stdout, for scripts to wait on, saying which data plane runs and how it got ready (`cache` or
+`compiled`, and how long that took); a host attaches with
+`LoopbackWireTransport(port, wire_dir, switch_name=name)`:
 
-    READY name=s1 grpc=127.0.0.1:9559 device_id=1 ports=1,2,3,4 wire_dir=/tmp/inaemu-wires-x1
+    READY name=s1 grpc=127.0.0.1:9559 device_id=1 ports=1,2,3,4 dataplane=fast
+          warmup=cache:0.21s wire_dir=/tmp/inaemu-wires-x1              (all on one line)
 
 SIGINT / SIGTERM stop it cleanly. A taken address or wire end is reported in one line with
 what to change. `--parent-pid PID` (what `inaemu demo` passes) stops it the same way when
@@ -29,6 +35,12 @@ import threading
 
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.lifeline import die_with_parent
+from inaemu.softswitch.fast.dataplanes import (
+    DATAPLANES,
+    DEFAULT_DATAPLANE,
+    make_pipeline,
+    warm_up,
+)
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.ports import AfPacketPort
 from inaemu.softswitch.switch import SoftSwitch
@@ -72,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--seed", type=arg.SEED, default=0, help="loss-injection seed")
     ap.add_argument(
+        "--dataplane",
+        choices=DATAPLANES,
+        default=DEFAULT_DATAPLANE,
+        help="fast: compiled (numba); reference: the Python pipeline (default %(default)s)",
+    )
+    ap.add_argument(
         "--preconfigured",
         action="store_true",
         help="install the committed P4Info at start (no pipeline push needed)",
@@ -99,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"softswitch: {exc}", file=sys.stderr)
         return 2
-    switch = SoftSwitch(name=args.name, wire_dir=args.wire_dir)
-    switch.pipeline.seed = args.seed
+    dataplane = warm_up(args.dataplane)  # the fast one compiles (or loads) now, first
+    pipeline = make_pipeline(args.dataplane, seed=args.seed)
+    switch = SoftSwitch(pipeline, name=args.name, wire_dir=args.wire_dir)
     try:
         if args.wires:
             switch.add_loopback_wires(args.wires)
@@ -130,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if not stop.is_set():  # else stopped while starting: no READY, the same clean stop
         print(
             f"READY name={args.name} grpc={server.address} device_id={args.device_id} "
-            f"ports={ports}{wires}",
+            f"ports={ports} {dataplane}{wires}",
             flush=True,
         )
     reported = (0, 0)

@@ -146,7 +146,7 @@ class Pipeline:
 
     def process_batch(self, batch: FrameBatch) -> FrameBatch:
         """Every frame of `batch` in order, as `process` would; the emitted frames, in order."""
-        out = FrameBatch(max(1, 2 * batch.n))
+        out = FrameBatch(max(4, 2 * batch.n), max(2048, 2 * batch.used_bytes))  # grows if needed
         with self.lock:
             for port, frame in batch:
                 for out_port, emitted in self._process(port, frame):

@@ -9,24 +9,43 @@
 
 Loopback wires live in `sw.wire_dir`: a private directory made on first use (removed by
 `stop()`), or the one given as `SoftSwitch(wire_dir=...)`; switches linked to each other
-share one (see `hostlib.loopback`). `rx_foreign` counts datagrams dropped because they did
+share one (see `hostlib.loopback`). `rx_foreign` counts frames dropped because they did
 not come from a port's peer, `tx_dropped` frames a port could not deliver.
 
-One thread reads every port, runs each frame through the pipeline and writes what it emits,
-so packets are processed one at a time in arrival order, as bmv2's single ingress thread does.
-The control plane (P4Runtime server, tests) changes tables concurrently under `pipeline.lock`.
+One thread runs the data plane. It waits until ports have something to do, reads every
+ready port into one `FrameBatch` (each port as many frames as one system call takes; the
+ingress port is the batch's port), has the data plane process the whole batch in arrival
+order (`process_batch`, exactly as that many calls of `process` would; a lone frame goes
+through `process`, which spares a batch's set-up), and sends what it emits grouped by egress
+port, each port's frames in order in as few calls as the port can.
+The data plane is `pipeline` (by default the compiled `FastPipeline`, as `--dataplane fast`;
+pass `Pipeline()` for the Python reference) unless `SoftSwitch(dataplane=...)` names another
+with the same tables (a stand-in for benchmarks); the control plane (P4Runtime server, tests)
+changes tables concurrently under `pipeline.lock`.
+
+`counts` says how many frames the ports moved and in how many system calls, `wakeups` how
+often the thread woke up to do it.
 """
 
 from __future__ import annotations
 
 import os
-import selectors
+import select
 import socket
 import threading
+import time
 from collections.abc import Iterable
 
+import numpy as np
+
+from inaemu.hostlib.batch_io import IoCounts
+from inaemu.hostlib.loopback import READ_BYTES
+from inaemu.softswitch.batch import BATCH_FRAMES, DataPlane, FrameBatch
+from inaemu.softswitch.fast.dataplanes import make_pipeline
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.ports import LoopbackWire, Port, WireDir, host_end, port_end
+
+IDLE_WAIT = 0.5  # seconds the thread sleeps at most when no port has anything to do
 
 
 class SoftSwitch:
@@ -36,12 +55,16 @@ class SoftSwitch:
         *,
         name: str = "s1",
         wire_dir: WireDir | str | os.PathLike[str] | None = None,
+        dataplane: DataPlane | None = None,
     ) -> None:
         self.name = name
-        self.pipeline = pipeline or Pipeline()
+        self.pipeline = pipeline or make_pipeline()  # the default data plane (fast)
+        self.dataplane: DataPlane = dataplane if dataplane is not None else self.pipeline
         self.ports: dict[int, Port] = {}
         self.frames_in = 0
         self.frames_out = 0
+        self.wakeups = 0
+        self._closed_counts = IoCounts()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -77,6 +100,15 @@ class SoftSwitch:
         """Frames a loopback wire could not deliver (peer absent, or no room in time)."""
         live = sum(getattr(p, "tx_dropped", 0) for p in self.ports.values())
         return self._closed_tx_dropped + live
+
+    @property
+    def counts(self) -> IoCounts:
+        """Frames the ports moved and the system calls that moved them."""
+        total = IoCounts()
+        total.add(self._closed_counts)
+        for port in self.ports.values():
+            total.add(port.counts)
+        return total
 
     def add_port(self, port_no: int, port: Port) -> None:
         if port_no in self.ports:
@@ -126,6 +158,7 @@ class SoftSwitch:
             self._thread = None
         self._closed_rx_foreign = self.rx_foreign
         self._closed_tx_dropped = self.tx_dropped
+        self._closed_counts = self.counts
         for port in self.ports.values():
             port.close()
         self.ports.clear()
@@ -142,27 +175,59 @@ class SoftSwitch:
         self.stop()
 
     def _run(self) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self._wake_r, selectors.EVENT_READ, None)
-        for port_no, port in self.ports.items():
-            sel.register(port.fileno(), selectors.EVENT_READ, port_no)
-        process = self.pipeline.process
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
         ports = self.ports
+        by_fd = {port.fileno(): port_no for port_no, port in ports.items()}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        batch = FrameBatch(4 * BATCH_FRAMES, 4 * READ_BYTES)
+        process, process_batch = self.dataplane.process, self.dataplane.process_batch
         try:
             while not self._stop.is_set():
-                for key, _ in sel.select(timeout=0.5):
-                    port_no = key.data
-                    if port_no is None:
-                        continue
-                    for frame in ports[port_no].recv_batch():
-                        self.frames_in += 1
-                        for out_port, out in process(port_no, frame):
-                            dest = ports.get(out_port)
-                            if dest is not None:  # an unconnected port is a down link
-                                dest.send(out)
-                                self.frames_out += 1
+                now = time.monotonic()
+                wait = IDLE_WAIT
+                for port in ports.values():
+                    due = port.tick(now)
+                    if due is not None:
+                        wait = min(wait, due)
+                events = poller.poll(wait * 1000)
+                if not events:
+                    continue
+                self.wakeups += 1
+                batch.clear()
+                for fd, _ in events:
+                    port_no = by_fd.get(fd)
+                    if port_no is not None:
+                        ports[port_no].recv_into(batch, port_no)
+                if batch.n == 1:  # `process` spares a batch's set-up (the same result)
+                    self.frames_in += 1
+                    port_no = int(batch.port[0])
+                    self._send(FrameBatch.of(process(port_no, batch.frame(0))))
+                elif batch.n:
+                    self.frames_in += batch.n
+                    self._send(process_batch(batch))
         except BaseException as exc:  # surfaced to whoever owns the switch
             self.error = exc
             raise
-        finally:
-            sel.close()
+
+    def _send(self, out: FrameBatch) -> None:
+        """The emitted frames to their egress ports, each port's in order in one go; frames
+        to a port that is not attached are a down link's."""
+        n = out.n
+        if not n:
+            return
+        egress = out.port[:n]
+        first = int(egress[0])
+        if bool((egress == first).all()):
+            groups = [(first, np.arange(n, dtype=np.int64))]
+        else:
+            order = np.argsort(egress, kind="stable")
+            cuts = np.flatnonzero(np.diff(egress[order])) + 1
+            groups = [(int(egress[idx[0]]), idx) for idx in np.split(order, cuts)]
+        ports = self.ports
+        for port_no, index in groups:
+            dest = ports.get(port_no)
+            if dest is not None:
+                dest.send_batch(out, index)
+                self.frames_out += len(index)

@@ -36,6 +36,7 @@ from inaemu.conformance.run import CASES_DIR, Row, find_cases, load_case, main, 
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import StfError, load_stf, parse_stf
 from inaemu.hostlib.wire import Flag
+from inaemu.softswitch.fast.dataplanes import DATAPLANES
 
 CASES = find_cases([CASES_DIR], [])
 NETWORK_CASES = [p for p in CASES if p.suffix == ".mstf"]
@@ -59,9 +60,12 @@ def test_stf_files_current() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("dataplane", DATAPLANES)
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
-def test_softswitch(path: Path) -> None:
-    result = run_softswitch(load_case(path))
+def test_softswitch(path: Path, dataplane: str) -> None:
+    """Every case on both of the softswitch's data planes: the compiled one and the Python
+    reference."""
+    result = run_softswitch(load_case(path), dataplane)
     assert result.ok, "\n".join(result.failures)
     assert result.packets_in > 0
 
@@ -179,8 +183,12 @@ def test_counter_reads_in_both_bmv2_formats() -> None:
 def test_command_runs_the_cases(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-k", "sum_", "-k", "count_wrap"]) == 0
     out = capsys.readouterr().out
-    assert "sum_4_workers          softswitch  pass" in out
-    assert "count_wrap" in out and "4 passed, 0 failed" in out
+    assert "sum_4_workers          softswitch:fast      pass" in out
+    assert "sum_4_workers          softswitch:reference pass" in out
+    assert "count_wrap" in out and "8 passed, 0 failed" in out
+    assert main(["-k", "sum_1", "--target", "softswitch:reference"]) == 0
+    out = capsys.readouterr().out
+    assert "softswitch:reference" in out and "softswitch:fast" not in out
 
 
 def test_command_reports_a_failing_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -190,8 +198,9 @@ def test_command_reports_a_failing_case(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "broken.stf").write_text(broken)
     assert main(["--cases", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "broken                 softswitch  FAIL" in out
-    assert "port 1: unexpected packet #0" in out and "0 passed, 1 failed" in out
+    assert "broken                 softswitch:fast      FAIL" in out
+    assert "broken                 softswitch:reference FAIL" in out
+    assert "port 1: unexpected packet #0" in out and "0 passed, 2 failed" in out
 
 
 def test_command_refuses_what_it_cannot_run(
@@ -316,8 +325,9 @@ def test_any_send_order_through_the_tree_gives_every_worker_the_sum(
 def test_command_runs_the_network_cases(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-k", "tree2_"]) == 0
     out = capsys.readouterr().out
-    assert "tree2_lost_partial     softswitch  pass       8      6" in out
-    assert "4 passed, 0 failed" in out
+    assert "tree2_lost_partial     softswitch:fast      pass       8      6" in out
+    assert "tree2_lost_partial     softswitch:reference pass       8      6" in out
+    assert "8 passed, 0 failed" in out
 
 
 @pytest.mark.bmv2

@@ -88,7 +88,7 @@ def test_only_the_inaemu_namespace_is_installed(installed: Path, tmp_path: Path)
 def test_installed_commands_find_their_data(installed: Path, tmp_path: Path) -> None:
     proc = _run(installed, "-m", "inaemu.controller.cli", "conformance", "-k", "sum_", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 passed, 0 failed" in proc.stdout
+    assert "6 passed, 0 failed" in proc.stdout  # 3 cases on both softswitch data planes
     proc = _run(
         installed,
         "-c",

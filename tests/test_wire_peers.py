@@ -216,9 +216,10 @@ class HubLink:
     def __init__(self, hub: LossyHub, inbox: queue.Queue[bytes]) -> None:
         self.hub, self.inbox = hub, inbox
 
-    def send(self, frame: bytes) -> bool:
-        self.hub.carry(frame)
-        return True
+    def send_frames(self, frames: list[bytes]) -> int:
+        for frame in frames:
+            self.hub.carry(frame)
+        return len(frames)
 
     def recv(self, timeout: float) -> list[bytes]:
         try:

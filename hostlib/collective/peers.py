@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Protocol
 
 Message = bytes | bytearray | memoryview
@@ -214,11 +214,23 @@ HELLO_WAIT = 5.0  # seconds an accepted connection has to say hello
 ABORT_GRACE = 0.5
 LINGER = 2.0  # seconds close() waits for the peers' goodbyes
 SEND_PIECE = 1 << 20
-SMALL = 1 << 16  # frames up to this size go out in one send with their header
+SMALL = 1 << 16  # frames up to this size go out in one send with their header, and others
+SEND_GROUP = 256  # queued frames a sender takes at once
+READ_AHEAD = 1 << 18  # bytes a receiver reads per call for small frames
 
 
 class _Stop(Exception):
     """The channel is closing: a receiver thread ends."""
+
+
+class _ReadAhead:
+    """Bytes a receiver read from a peer's connection beyond the frame it was reading."""
+
+    __slots__ = ("buf", "end", "start")
+
+    def __init__(self) -> None:
+        self.buf = bytearray(READ_AHEAD)
+        self.start = self.end = 0
 
 
 class TcpPeers:
@@ -231,9 +243,10 @@ class TcpPeers:
     so a stray client or a rank of another job never joins. The constructor returns once the
     mesh is complete, or raises `PeerError` naming the first rank missing after `timeout`.
 
-    Per peer, a sender thread writes queued messages (length-prefixed frames, TCP_NODELAY) and
-    a receiver thread reads frames into an inbox whatever the executor is doing: sending and
-    receiving never wait on each other.
+    Per peer, a sender thread writes queued messages (length-prefixed frames, TCP_NODELAY;
+    everything queued at once goes out together, small frames joined into one send) and a
+    receiver thread reads frames into an inbox (small ones many per system call) whatever
+    the executor is doing: sending and receiving never wait on each other.
 
     Every wait is bounded, and every rank names the rank that failed:
 
@@ -288,6 +301,7 @@ class TcpPeers:
         self._closing = False
         self._closed = False
         self._socks: list[socket.socket | None] = [None] * n
+        self._ahead = [_ReadAhead() for _ in range(n)]
         self._threads: list[threading.Thread] = []
         self._senders: list[threading.Thread] = []
         try:
@@ -548,13 +562,15 @@ class TcpPeers:
     def _send_loop(self, peer: int, sock: socket.socket) -> None:
         outbox = self._outbox[peer]
         while True:
-            item = outbox.get()
-            if item is None:
-                return
-            kind, data = item
-            view = memoryview(data).cast("B")
+            items = [outbox.get()]
+            while items[-1] is not None and len(items) < SEND_GROUP:  # all that is queued
+                try:
+                    items.append(outbox.get_nowait())
+                except Empty:
+                    break
+            frames = [item for item in items if item is not None]
             try:
-                _write_frame(sock, kind, view)
+                _write_frames(sock, frames)
             except OSError as exc:
                 with self._cond:
                     quiet = self._closing or self._failure is not None
@@ -567,10 +583,13 @@ class TcpPeers:
                     self._fail(self._peer_error(peer, what))
                 return
             with self._cond:
-                self.wire_sent[peer] += _FRAME.size + len(view)
-                if kind == DATA:
-                    self._pending[peer] -= 1
-                    self._cond.notify_all()
+                for kind, data in frames:
+                    self.wire_sent[peer] += _FRAME.size + len(memoryview(data).cast("B"))
+                    if kind == DATA:
+                        self._pending[peer] -= 1
+                self._cond.notify_all()
+            if items[-1] is None:
+                return
 
     def _recv_loop(self, peer: int, sock: socket.socket) -> None:
         try:
@@ -624,13 +643,20 @@ class TcpPeers:
             self._fail(self._peer_error(peer, f"connection failed ({exc})"))
 
     def _read(self, sock: socket.socket, n: int, peer: int) -> bytearray:
-        """Exactly n bytes; EOFError at the end of the stream, _Stop when closing."""
+        """Exactly n bytes; EOFError at the end of the stream, _Stop when closing. Small
+        reads are served from bytes read ahead (`READ_AHEAD` per system call: many small
+        frames per call); large ones go straight into the message."""
+        ahead = self._ahead[peer]
         buf = bytearray(n)
         view = memoryview(buf)
-        got = 0
+        got = min(n, ahead.end - ahead.start)
+        if got:
+            view[:got] = memoryview(ahead.buf)[ahead.start : ahead.start + got]
+            ahead.start += got
         while got < n:
+            direct = n - got >= READ_AHEAD // 2
             try:
-                k = sock.recv_into(view[got:])
+                k = sock.recv_into(view[got:] if direct else ahead.buf)
             except TimeoutError:  # idle: a stall is the recv()'s or the sender's to judge
                 if self._closing:
                     raise _Stop() from None
@@ -639,8 +665,14 @@ class TcpPeers:
                 if self._closing:
                     raise _Stop()
                 raise EOFError
-            got += k
             self._last_rx[peer] = time.monotonic()
+            if direct:
+                got += k
+            else:
+                take = min(n - got, k)
+                view[got : got + take] = memoryview(ahead.buf)[:take]
+                ahead.start, ahead.end = take, k
+                got += take
         return buf
 
     # -- the mesh
@@ -798,13 +830,28 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _write_frame(sock: socket.socket, kind: int, view: memoryview) -> None:
-    """One frame; each send call waits at most the socket's timeout for progress."""
-    head = _FRAME.pack(kind, len(view))
-    if len(view) <= SMALL:
-        sock.sendall(head + view)
-        return
-    sock.sendall(head)
-    off = 0
-    while off < len(view):
-        off += sock.send(view[off : off + SEND_PIECE])
+def _write_frames(sock: socket.socket, frames: list[tuple[int, Message]]) -> None:
+    """Frames in order: small ones joined with their headers into one send (up to
+    SEND_PIECE), large ones in pieces; each send call waits at most the socket's timeout for
+    progress."""
+    group: list[bytes | memoryview] = []
+    size = 0
+    for kind, data in frames:
+        view = memoryview(data).cast("B")
+        head = _FRAME.pack(kind, len(view))
+        if len(view) <= SMALL:
+            group += [head, view]
+            size += len(head) + len(view)
+            if size < SEND_PIECE:
+                continue
+            sock.sendall(b"".join(group))
+            group, size = [], 0
+            continue
+        group.append(head)
+        sock.sendall(b"".join(group))
+        group, size = [], 0
+        off = 0
+        while off < len(view):
+            off += sock.send(view[off : off + SEND_PIECE])
+    if group:
+        sock.sendall(b"".join(group))

@@ -32,10 +32,7 @@ or sends nothing for a `recv`'s timeout, is reported by rank and address (`PeerE
 
 from __future__ import annotations
 
-import errno
 import os
-import select
-import socket
 import struct
 import threading
 import time
@@ -45,8 +42,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from inaemu.hostlib.collective.peers import Message, PeerError
-from inaemu.hostlib.loopback import WireDir, WireEnd, host_end, port_end
+from inaemu.hostlib.loopback import (
+    READ_BYTES,
+    WireDir,
+    WireEnd,
+    encode_frames,
+    host_end,
+    port_end,
+)
 from inaemu.hostlib.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
@@ -75,9 +82,6 @@ MIN_MTU, MAX_MTU = 128, 9000
 DUPTHRESH = 3  # later segments acked before a hole counts as lost
 RTO_INITIAL, RTO_MIN, RTO_MAX = 0.1, 0.02, 0.25  # seconds (loopback RTTs are milliseconds)
 LINGER_QUIET, LINGER_MAX = 0.3, 3.0  # close(): answer late retransmissions until quiet
-RECV_BATCH = 256
-SEND_TRIES = 20  # a full switch queue: tries of SEND_WAIT each before the frame is dropped
-SEND_WAIT = 0.005
 
 _IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 _UDP_LEN = struct.Struct("!HHHH")
@@ -301,14 +305,16 @@ class SendStream:
 class FrameLink(Protocol):
     """Where a channel's Ethernet frames go and come from (a host's wire, or a test double)."""
 
-    def send(self, frame: bytes) -> bool: ...  # False: the frame was dropped
+    def send_frames(self, frames: list[bytes]) -> int: ...  # how many went; the rest dropped
     def recv(self, timeout: float) -> list[bytes]: ...  # [] after `timeout` seconds
     def close(self) -> None: ...
 
 
 class HostWire(WireEnd):
     """Raw frames on the host end of the loopback wire on `port` of softswitch `switch`
-    (`hostlib.loopback`): connected to the switch port, so only it can send here."""
+    (`hostlib.loopback`): one stream connection to the switch port, which only it can use;
+    a batch of frames goes out in one call and one read takes every frame that has arrived.
+    The channel's caller and its I/O thread both send: a lock guards the connection."""
 
     def __init__(
         self, port: int, wire_dir: WireDir | str | os.PathLike[str], *, switch: str = "s1"
@@ -319,43 +325,34 @@ class HostWire(WireEnd):
             host_end(switch, port),
             port_end(switch, port),
             hint=f"is another worker on port {port} of {switch}?",
-            send_timeout=SEND_WAIT,
         )
-        self.connected = False
+        self._lock = threading.Lock()
+        self._rx: npt.NDArray[np.uint8] = np.empty(READ_BYTES, np.uint8)
+        self.connect()
 
-    def send(self, frame: bytes) -> bool:
-        for _ in range(SEND_TRIES):  # each try waits up to SEND_WAIT for room at the switch
-            try:
-                if not self.connected:
-                    self.sock.connect(self.peer)
-                    self.connected = True
-                self.sock.send(frame)
-                return True
-            except BlockingIOError:
-                continue
-            except OSError as exc:  # no switch port (yet), or it went away
-                self.connected = False
-                if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN):
-                    raise
-                break
-        self.tx_dropped += 1
-        return False
+    def send_frames(self, frames: list[bytes]) -> int:
+        if not frames:
+            return 0
+        data, ends = encode_frames(frames)
+        with self._lock:
+            before = self.tx_dropped
+            self.write(data, ends)
+            return max(len(frames) - (self.tx_dropped - before), 0)
 
     def recv(self, timeout: float) -> list[bytes]:
-        ready, _, _ = select.select([self.sock], [], [], max(timeout, 0.0))
-        if not ready:
+        if not self.wait(timeout, self._lock):
             return []
-        frames: list[bytes] = []
-        for _ in range(RECV_BATCH):
-            try:
-                frame, source = self.sock.recvfrom(MAX_MTU + ETH_BYTES + 256, socket.MSG_DONTWAIT)
-            except (BlockingIOError, ConnectionError):
-                break
-            if source == self.peer:
-                frames.append(frame)
-            else:
-                self.rx_foreign += 1
-        return frames
+        with self._lock:
+            offsets, lengths, _, _ = self.read(self._rx, 0, len(self._rx))
+        view = self._rx.data
+        return [
+            bytes(view[off : off + n])
+            for off, n in zip(offsets.tolist(), lengths.tolist(), strict=True)
+        ]
+
+    def close(self) -> None:
+        with self._lock:
+            super().close()
 
 
 @dataclass
@@ -415,6 +412,7 @@ class WirePeerChannel:
         self._in = [RecvStream() for _ in peers]
         self._msg_ids = [0] * len(peers)
         self._inbox: list[deque[bytes]] = [deque() for _ in peers]
+        self._emitted: list[bytes] = []  # frames to send, in order, at the end of a step
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._error: PeerError | None = None
@@ -448,6 +446,7 @@ class WirePeerChannel:
             self.stats.messages_sent += 1
             self._sent_bytes[dst] += len(view)
             self._pump(out, dst, time.monotonic())
+            self._send_emitted()
 
     def recv(self, src: int, timeout: float) -> bytes:
         """The next message from rank `src`; PeerError after `timeout` seconds without it."""
@@ -549,11 +548,18 @@ class WirePeerChannel:
         return self._ip_udp(dst, ACK_HEADER.size) + head
 
     def _emit(self, frame: bytes) -> None:
-        if self.link.send(frame):
-            self.stats.frames_sent += 1
-            self.stats.wire_bytes_sent += len(frame)
-        else:
-            self.stats.dropped_at_send += 1
+        """Queue a frame for the next `_send_emitted` (under the lock)."""
+        self._emitted.append(frame)
+
+    def _send_emitted(self) -> None:
+        """Every frame emitted since the last call, to the link in one batch (under the lock)."""
+        frames, self._emitted = self._emitted, []
+        if not frames:
+            return
+        sent = self.link.send_frames(frames)
+        self.stats.frames_sent += sent
+        self.stats.wire_bytes_sent += sum(len(f) for f in frames[:sent])
+        self.stats.dropped_at_send += len(frames) - sent
 
     def _pump(self, out: SendStream, dst: int, now: float) -> None:
         for frame in out.sendable(now):
@@ -568,10 +574,13 @@ class WirePeerChannel:
                 frames = self.link.recv(max(wait, 0.0))
                 with self._arrived:
                     now = time.monotonic()
-                    if frames:
-                        self._last_rx = now
-                        self._take(frames, now)
-                    self._timers(now)
+                    try:
+                        if frames:
+                            self._last_rx = now
+                            self._take(frames, now)
+                        self._timers(now)
+                    finally:
+                        self._send_emitted()
         except PeerError as exc:
             self._fail(exc)
         except Exception as exc:  # the wire itself failed: reported by the next call
