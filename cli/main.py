@@ -1,4 +1,6 @@
-"""`inaemu`: the command line.
+"""`inaemu`: the command line (the console script's entry point, also `python -m inaemu.cli`).
+Each subcommand lives in its own module; this one dispatches, holds the demo's options, and
+turns every expected failure into one line, `inaemu CMD: ...`, and a non-zero exit.
 
     inaemu demo [--workers 4] [--size 2000000] [--codec fixedpoint] [--loss 0.01] ...
     inaemu demo --topo leaf-spine:2x2x2 --algo all      # INA vs host collectives, one table
@@ -22,11 +24,10 @@
     inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
     inaemu train examples/train_ddp.py [--backend all] [--workers 4] [--topo ...] [--mininet]
 
-Only `pipeline push` changes a switch's pipeline; every other command checks that each switch
-runs ina.p4 and stops with what to run if not. Job commands keep what they installed in a
-state file (default: next to the topology, `<topology>.jobs.json`), so a later command knows
-the slot pools and groups in use, and the run ids issued to each job's workers (`job new-run`
-never issues one twice for an installation).
+`demo` (and its comparison, `--algo`): `demo.py`, `compare.py`; `softswitch`, `conformance`,
+`mininet`: the softswitch's, conformance's and Mininet's own command lines; `topo`: `topo.py`;
+`bmv2`: `bmv2.py`; `pipeline`, `job`, `routes`, `loss`, `stats`: `controller.py` (which says
+what they keep between runs); `schedule`: `schedule.py`; `train`: `train/launcher.py`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import finsy as fy
 from inaemu.cli import bmv2, controller, topo
 from inaemu.cli.compare import main_compare, parse_algos
 from inaemu.cli.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
+from inaemu.controller import api
 from inaemu.controller.bmv2 import Bmv2Error
 from inaemu.controller.jobs import JobError
 from inaemu.controller.p4rt import ControllerError
@@ -301,11 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(args.command, str(exc))
     # expected failures the commands do not name themselves: a file or socket problem, a
     # switch refusing a request outside the controller's own checks
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        return _failed(args.command, f"{where}{exc.strerror or exc}")
-    except fy.P4ClientError as exc:
-        return _failed(args.command, f"a switch refused a request ({exc.code.name}: {exc.message})")
+    except (OSError, fy.P4ClientError) as exc:
+        return _failed(args.command, api.explain(exc))
     return int(result or 0)
 
 
