@@ -101,9 +101,10 @@ def _run(
 ) -> AlgoResult:
     from dataclasses import replace
 
-    from inaemu.hostlib.codecs import make_codec
+    from inaemu.hostlib.codecs import make_codec, warm_up
 
     codec = make_codec(opts.codec)
+    warm_up(codec, x.dtype)  # compiled kernels loaded before the measured allreduce
     if task.algo == "ina":
         client = ina_client(replace(opts, run=task.run), seat)
         try:

@@ -177,7 +177,7 @@ def run_worker(
     parent (`die_with_parent`), even one killed with SIGKILL."""
     end_with_parent()
     from inaemu.hostlib.client import InaError
-    from inaemu.hostlib.codecs import make_codec
+    from inaemu.hostlib.codecs import make_codec, warm_up
 
     seat = seat or Seat(port=rank + 1)
     try:
@@ -188,12 +188,14 @@ def run_worker(
                 done.value += n
 
         client = ina_client(opts, seat, progress)
+        codec = make_codec(opts.codec)
+        warm_up(codec, x.dtype)  # compiled kernels loaded before the measured allreduce
         if ready is not None:
             with ready.get_lock():
                 ready.value += 1
         go.wait()
         start = time.perf_counter()
-        out = np.asarray(client.allreduce(x, make_codec(opts.codec)))
+        out = np.asarray(client.allreduce(x, codec))
         seconds = time.perf_counter() - start
         client.transport.close()
         if seat.check_here:
