@@ -51,6 +51,7 @@ from typing import ClassVar, NoReturn
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import kernels
 from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
 from inaemu.hostlib.transport import Transport
 from inaemu.hostlib.wire import (
@@ -74,6 +75,7 @@ BoolArray = npt.NDArray[np.bool_]
 
 DUPTHRESH = 3  # later chunks of a tree answered before a chunk is presumed lost
 MAX_WAIT = 0.05  # seconds the loop waits for results at most between checks
+WARM_UP_ELEMENTS = 256  # of an input `warm_up` runs through a codec
 SMALL_BATCH = 8  # batches up to this size are matched record by record, larger ones in numpy
 _HEADER = struct.Struct(">BBHBBHHI")  # the INA header (wire.INA_FIELDS_DTYPE without lanes)
 assert _HEADER.size == INA_HEADER_BYTES
@@ -333,6 +335,25 @@ class ClientStats:
         }
 
 
+def warm_up(
+    codec: HomomorphicCodec | None = None,
+    like: npt.NDArray[np.generic] | None = None,
+    n_workers: int = 1,
+) -> float:
+    """Load the client's compiled kernels and, given `codec` and an input `like` the ones the
+    allreduces will take (its first WARM_UP_ELEMENTS: the dtype matters, not the values), the
+    codec's, by running it on those against the reference switch; the seconds it took. numba
+    loads (or compiles) a kernel on its first call, a fraction of a second per process: a
+    worker that calls this before its first allreduce does not pay for it there."""
+    started = time.perf_counter()
+    kernels.warm_up()
+    if codec is not None and like is not None:
+        from inaemu.hostlib.codecs.base import simulate_allreduce
+
+        simulate_allreduce(codec, [like[:WARM_UP_ELEMENTS]] * max(n_workers, 1))
+    return time.perf_counter() - started
+
+
 class InaClient:
     """One worker's end of an INA job.
 
@@ -344,6 +365,11 @@ class InaClient:
     `window` is the job's pool (W slots); the congestion window (`cc`, at most W) decides how
     many chunks are in flight, `initial_cwnd` at first; `congestion_control=False` keeps it
     at W. `clock` (seconds, monotonic) is for tests.
+
+    `compiled` (the default): an operation's payloads are packed, batches of first results
+    taken and new chunks' bookkeeping done by numba kernels (`hostlib.kernels`), one pass per
+    batch; False runs only the numpy and record-by-record paths, which the kernels must
+    match state for state (tests/test_client_kernels.py). Either way the exchange is the same.
     """
 
     def __init__(
@@ -364,6 +390,7 @@ class InaClient:
         congestion_control: bool = True,
         initial_cwnd: int = 4,
         clock: Callable[[], float] = time.monotonic,
+        compiled: bool = True,
     ) -> None:
         if not 1 <= window <= 0x7FFF:
             raise ValueError(f"window must be 1..32767 (at most the job's pool size), got {window}")
@@ -382,6 +409,7 @@ class InaClient:
         self.give_up_after = give_up_after
         self.on_progress = on_progress  # called with the number of chunks just completed
         self.clock = clock
+        self.compiled = compiled
         self.run: int | None = None  # this run's id: the top 16 bits of every seq
         self.next_chunk = 0  # chunk number within the run; never restarts (see module doc)
         if run is not None:
@@ -452,23 +480,9 @@ class InaClient:
         if n == 0:
             return np.empty(0, dtype=np.int32), np.zeros(0, dtype=np.bool_)
         n_chunks = -(-n // K)
-        padded = np.zeros(n_chunks * K, dtype=np.int32)
-        padded[:n] = flat
         first = self.next_chunk
         self.next_chunk += n_chunks
-        chunk_ids = np.arange(first, first + n_chunks, dtype=np.int64)
-        slot_index = chunk_ids % self.window
-        lanes = np.full(n_chunks, K, dtype=np.uint8)
-        lanes[-1] = n - (n_chunks - 1) * K
-        payloads = pack_payloads(
-            opcode=int(opcode),
-            job_id=self.job_id,
-            tree_id=slot_index % self.n_trees,
-            slot=slot_index | (((chunk_ids // self.window) % 2) * SLOT_SET_BIT),
-            seq=(run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
-            values=padded.reshape(n_chunks, K),
-            lanes=lanes,
-        )
+        payloads = self._payloads(flat, first, n_chunks, opcode, run)
         result = np.empty((n_chunks, K), dtype=np.int32)
         overflow = np.zeros(n_chunks, dtype=np.bool_)
         try:
@@ -477,6 +491,42 @@ class InaClient:
             self._note_state()
         mask = np.repeat(overflow, K)[:n]
         return result.reshape(-1)[:n], mask
+
+    def _payloads(
+        self, flat: Int32Array, first: int, n_chunks: int, opcode: Opcode, run: int
+    ) -> npt.NDArray[np.void]:
+        """The INA payloads of chunks first.. (the module doc's slot discipline) carrying
+        `flat` in K lanes each, the last chunk zero-padded."""
+        if self.compiled:
+            raw = np.empty((n_chunks, INA_BYTES), np.uint8)
+            kernels.pack_chunks(
+                flat,
+                raw,
+                first,
+                self.window,
+                self.n_trees,
+                run,
+                int(opcode),
+                self.job_id,
+                INA_VERSION << 4,
+            )
+            return raw.view(INA_DTYPE).reshape(-1)
+        n = flat.size
+        padded = np.zeros(n_chunks * K, dtype=np.int32)
+        padded[:n] = flat
+        chunk_ids = np.arange(first, first + n_chunks, dtype=np.int64)
+        slot_index = chunk_ids % self.window
+        lanes = np.full(n_chunks, K, dtype=np.uint8)
+        lanes[-1] = n - (n_chunks - 1) * K
+        return pack_payloads(
+            opcode=int(opcode),
+            job_id=self.job_id,
+            tree_id=slot_index % self.n_trees,
+            slot=slot_index | (((chunk_ids // self.window) % 2) * SLOT_SET_BIT),
+            seq=(run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
+            values=padded.reshape(n_chunks, K),
+            lanes=lanes,
+        )
 
     def _note_state(self) -> None:
         st, rtt = self.stats, self.rtt
@@ -550,6 +600,11 @@ class _Exchange:
         self.event = -1
         self.remaining = n
         self.last_progress = client.clock()
+        # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT], a batch's RTT
+        # samples and matches (grown to the largest batch)
+        self.rtt_state = np.zeros(4, dtype=np.float64)
+        self.rtts = np.empty(0, dtype=np.float64)
+        self.chunks = np.empty(0, dtype=np.int64)
 
     # ---------------------------------------------------------------- sending
 
@@ -564,11 +619,20 @@ class _Exchange:
             batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
         c.transport.send(batch)
         now = c.clock()
-        self.sent_at[idx] = now
-        self.tx[idx] = np.arange(c._tx, c._tx + count)
-        c._tx += count
+        if retx or not c.compiled:
+            self.sent_at[idx] = now
+            self.tx[idx] = np.arange(c._tx, c._tx + count)
+            c._tx += count
         if retx:
             self.deadline[idx] = now + c.rtt.timeouts(self.retries[idx])
+        elif c.compiled:
+            assert isinstance(idx, slice)
+            due = now + c.rtt.timeout(0)
+            kernels.sent_new(
+                self.sent_at, self.tx, self.deadline, self.slot_latest,
+                idx.start, idx.stop, self.first, now, due, c._tx,
+            )  # fmt: skip
+            c._tx += count
         else:
             assert isinstance(idx, slice)
             self.deadline[idx] = now + c.rtt.timeout(0)
@@ -683,6 +747,8 @@ class _Exchange:
         c, st = self.c, self.c.stats
         if got.dtype != INA_DTYPE:  # e.g. concatenated: numpy makes the fields native
             got = got.astype(INA_DTYPE)
+        if c.compiled and self.take_compiled(got, now):
+            return
         if len(got) > SMALL_BATCH:
             matched = self.match_many(got)
             if self.take_first_results(got, matched, now):
@@ -780,14 +846,57 @@ class _Exchange:
         self.completed(n_new, now, limited)
         return True
 
-    def completed(self, n_new: int, now: float, limited: bool) -> None:
-        """`n_new` chunks just completed: the window's base, the congestion window, stats."""
+    def take_compiled(self, got: npt.NDArray[np.void], now: float) -> bool:
+        """`take_first_results` in one compiled pass (`kernels.take_results`), matching
+        included: the same changes for a batch in which every result is the first for a chunk
+        in flight. False, with nothing changed, for any other batch."""
+        c, st, rtt = self.c, self.c.stats, self.c.rtt
+        n = len(got)
+        if len(self.chunks) < n:
+            self.chunks = np.empty(n, dtype=np.int64)
+            self.rtts = np.empty(n, dtype=np.float64)
+        state = self.rtt_state
+        state[:] = (0.0, 0.0, 0.0, rtt.min_rtt) if rtt.srtt is None else (
+            1.0, rtt.srtt, rtt.rttvar, rtt.min_rtt
+        )  # fmt: skip
+        scale = max(self.in_flight, 1)  # per_rtt
+        limited = 2 * self.in_flight >= c.cc.allowed
+        assert c.run is not None
+        status, n_new, n_over, n_rtts, base = kernels.take_results(
+            np.ascontiguousarray(got).view(np.uint8).reshape(n, INA_BYTES),
+            c.job_id, c.run, c.window, self.first & SEQ_CHUNK_MASK, self.slot_latest,
+            self.done, self.deadline, self.retries, self.sent_at, self.result, self.overflow,
+            self.answered_once, now, self.base, self.next_new,
+            state, rtt.ALPHA / scale, rtt.BETA / scale, self.rtts, self.chunks,
+        )  # fmt: skip
+        if status != kernels.TAKEN:
+            return False
+        st.foreign_packets += n - n_new
+        if not n_new:
+            return True
+        st.overflowed_chunks += n_over
+        self.in_flight -= n_new
+        if n_rtts:
+            rtt.srtt, rtt.rttvar, rtt.min_rtt = float(state[1]), float(state[2]), float(state[3])
+            rtt.backoff = 0
+            rtt.samples += n_rtts
+            room = 10_000 - len(st.rtt_samples)
+            if room > 0:
+                st.rtt_samples.extend(self.rtts[: min(room, n_rtts)].tolist())
+        self.last_result_at = now
+        self.completed(n_new, now, limited, base)
+        return True
+
+    def completed(self, n_new: int, now: float, limited: bool, base: int | None = None) -> None:
+        """`n_new` chunks just completed: the window's base (`base` if the caller moved it
+        already), the congestion window, stats."""
         c, st = self.c, self.c.stats
         self.remaining -= n_new
         st.results += n_new
-        base = self.base
-        while base < self.next_new and self.done[base]:
-            base += 1
+        if base is None:
+            base = self.base
+            while base < self.next_new and self.done[base]:
+                base += 1
         self.base = base
         c.cc.on_results(n_new, limited)
         cwnd = c.cc.cwnd

@@ -10,9 +10,10 @@ differ in what wraps them:
 - `UdpTransport`: a kernel UDP socket (Mininet hosts, real NICs): the kernel adds
   Ethernet/IPv4/UDP; the switch's aggregation address needs an ARP entry on the host.
 
-A send builds every frame of its batch with numpy and hands them to the kernel in one system
-call; a receive takes every frame that has arrived in one call and parses them with numpy; no
-work per frame or element is done in Python.
+A send builds every frame of its batch in one compiled pass (`hostlib.kernels`) and hands
+them to the kernel in one system call; a receive takes every frame that has arrived in one call
+and copies their INA payloads out in one compiled pass (`ina_payloads` is the numpy
+reference); no work per frame or element is done in Python.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import kernels
 from inaemu.hostlib.batch_io import IoCounts, Mmsg, sockaddr_in
 from inaemu.hostlib.loopback import (
     FEW,
@@ -54,7 +56,11 @@ _IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 SOCKET_BUFFER = 8 << 20
 _RECORD = RECORD_HEADER + FRAME_BYTES  # one INA frame on a wire's stream
 _HEAD = FRAME_BYTES.to_bytes(RECORD_HEADER, "little")
-_ENDS = np.arange(1, FEW + 1, dtype=np.int64) * _RECORD
+
+
+def _steps(n: int, step: int, start: int = 0) -> npt.NDArray[np.int64]:
+    """start, start + step, ... (n of them)."""
+    return np.arange(n, dtype=np.int64) * step + start
 
 
 class TransportError(OSError):
@@ -118,7 +124,8 @@ class LoopbackWireTransport(WireEnd):
         host = host or Endpoint(f"02:00:00:00:00:{switch_port & 0xFF:02x}", f"10.0.0.{switch_port}")
         switch = switch or Endpoint("02:00:00:00:00:fe", "10.0.0.254")
         self.prefix = FrameTemplate(host, switch).prefix()
-        self._prefix = np.frombuffer(self.prefix, np.uint8)
+        self._head = np.frombuffer(_HEAD + self.prefix, np.uint8)  # in front of each payload
+        self._ends = _steps(READ_BYTES // _RECORD, _RECORD, _RECORD)  # where records end
         self._rx: npt.NDArray[np.uint8] = np.empty(READ_BYTES, np.uint8)
         self.frames_sent = 0
         self.frames_received = 0
@@ -128,32 +135,30 @@ class LoopbackWireTransport(WireEnd):
         n = len(payloads)
         if n == 0:
             return
-        if n < FEW:  # one by one: cheaper than numpy's set-up
-            raw = payloads.tobytes()
-            head = _HEAD + self.prefix
-            data = b"".join(
-                [head + raw[i : i + INA_BYTES] for i in range(0, n * INA_BYTES, INA_BYTES)]
-            )
-            self.write(data, _ENDS[:n])
-            self.frames_sent += n
-            return
-        records = np.empty((n, _RECORD), np.uint8)
-        records[:, 0] = FRAME_BYTES & 0xFF
-        records[:, 1] = FRAME_BYTES >> 8
-        records[:, RECORD_HEADER : RECORD_HEADER + INA_OFFSET] = self._prefix
-        records[:, RECORD_HEADER + INA_OFFSET :] = (
-            np.ascontiguousarray(payloads).view(np.uint8).reshape(n, INA_BYTES)
-        )
-        self.write(records.reshape(-1).data, np.arange(1, n + 1, dtype=np.int64) * _RECORD)
+        records = np.empty(n * _RECORD, np.uint8)  # a new one: the queue may keep a view
+        kernels.frame_records(_rows(payloads), self._head, records)
+        ends = self._ends[:n] if n <= len(self._ends) else _steps(n, _RECORD, _RECORD)
+        self.write(records.data, ends)
         self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
         if not self.wait(timeout):
             return np.empty(0, dtype=INA_DTYPE)
         offsets, lengths, _, _ = self.read(self._rx, 0, len(self._rx))
-        payloads = ina_payloads(self._rx, offsets, lengths)
-        self.frames_received += len(payloads)
+        out = np.empty((len(offsets), INA_BYTES), np.uint8)
+        count = kernels.gather_payloads(
+            self._rx, offsets, lengths, FRAME_BYTES, INA_OFFSET, True, out
+        )
+        payloads = out[:count].view(INA_DTYPE).reshape(-1)
+        self.frames_received += count
         return payloads
+
+
+def _rows(payloads: npt.NDArray[np.void]) -> npt.NDArray[np.uint8]:
+    """INA payload records as the rows of a (n, INA_BYTES) byte array."""
+    if payloads.dtype != INA_DTYPE:
+        payloads = payloads.astype(INA_DTYPE)
+    return np.ascontiguousarray(payloads).view(np.uint8).reshape(len(payloads), INA_BYTES)
 
 
 def ina_payloads(
@@ -161,7 +166,9 @@ def ina_payloads(
 ) -> npt.NDArray[np.void]:
     """The INA payloads of the IPv4/UDP frames `buf[offsets[i]:][:lengths[i]]` that are
     long enough (others are skipped), as one array of records. Frames at evenly spaced
-    offsets (what one read of same-size frames gives) are viewed in place, others gathered."""
+    offsets (what one read of same-size frames gives) are viewed in place, others gathered.
+    The transports copy them out with `kernels.gather_payloads`, which this is the reference
+    of."""
     count = len(offsets)
     if count < FEW:  # one by one: cheaper than numpy's set-up
         view = buf.data
@@ -201,15 +208,20 @@ class UdpTransport:
         self.peer = (switch_ip, port)
         self.sock = _udp_socket((local_ip, port), "the INA UDP socket")
         self._mmsg = Mmsg(RECV_BATCH, UDP_SLOT, name=sockaddr_in(switch_ip, port))
+        self._slots = _steps(RECV_BATCH, UDP_SLOT)  # where each receive slot starts
+        self._offsets = _steps(0, INA_BYTES)  # where each payload of a send starts
+        self._lengths = np.zeros(0, np.int64)
         self.counts = IoCounts()
         self.frames_sent = 0
         self.frames_received = 0
 
     def send(self, payloads: npt.NDArray[np.void]) -> None:
         n = len(payloads)
-        buf = np.ascontiguousarray(payloads).view(np.uint8).reshape(-1)
-        offsets = np.arange(n, dtype=np.int64) * INA_BYTES
-        lengths = np.full(n, INA_BYTES, np.int64)
+        buf = _rows(payloads).reshape(-1)
+        if len(self._offsets) < n:
+            self._offsets = _steps(n, INA_BYTES)
+            self._lengths = np.full(n, INA_BYTES, np.int64)
+        offsets, lengths = self._offsets[:n], self._lengths[:n]
         fd, done = self.sock.fileno(), 0
         while done < n:
             sent, err, calls = self._mmsg.send(fd, buf, offsets[done:], lengths[done:])
@@ -231,10 +243,13 @@ class UdpTransport:
             n = 0
         self.counts.rx_calls += 1
         self.counts.rx_frames += n
-        long_enough = self._mmsg.lengths[:n] >= INA_BYTES
-        rows = self._mmsg.slots[:n][long_enough, :INA_BYTES]
-        payloads = np.ascontiguousarray(rows).view(INA_DTYPE).reshape(-1)
-        self.frames_received += len(payloads)
+        out = np.empty((n, INA_BYTES), np.uint8)
+        lengths = self._mmsg.lengths[:n].astype(np.int64)
+        count = kernels.gather_payloads(
+            self._mmsg.buf, self._slots[:n], lengths, INA_BYTES, 0, False, out
+        )
+        payloads = out[:count].view(INA_DTYPE).reshape(-1)
+        self.frames_received += count
         return payloads
 
     def close(self) -> None:
