@@ -77,6 +77,8 @@ class WorkerResult:
     retransmissions: int
     duplicate_results: int
     values: npt.NDArray[Any] | None = None  # the result, when the parent checks it
+    cpu_seconds: float = 0.0  # the worker process's CPU time during its allreduce
+    started: float = 0.0  # wall clock (Unix seconds) when its allreduce began
 
 
 @dataclass
@@ -173,7 +175,7 @@ def run_worker(
     report (checked here, or with the result for the parent to check). It ends with its
     parent (`die_with_parent`), even one killed with SIGKILL."""
     end_with_parent()
-    from inaemu.hostlib.client import InaError
+    from inaemu.hostlib.client import InaError, warm_up
     from inaemu.hostlib.codecs import make_codec
 
     seat = seat or Seat(port=rank + 1)
@@ -185,13 +187,18 @@ def run_worker(
                 done.value += n
 
         client = ina_client(opts, seat, progress)
+        codec = make_codec(opts.codec)
+        # numba's kernels (the client's, the codec's) loaded before the clock starts: a
+        # process's start-up, not the allreduce
+        warm_up(codec, x, opts.workers)
         if ready is not None:
             with ready.get_lock():
                 ready.value += 1
         go.wait()
-        start = time.perf_counter()
-        out = np.asarray(client.allreduce(x, make_codec(opts.codec)))
+        wall, start, cpu = time.time(), time.perf_counter(), time.process_time()
+        out = np.asarray(client.allreduce(x, codec))
         seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         client.transport.close()
         if seat.check_here:
             exact, max_err, bound, ok = verify(opts, out)
@@ -212,6 +219,8 @@ def run_worker(
                 st.retransmissions,
                 st.duplicate_results,
                 None if seat.check_here else out,
+                cpu,
+                wall,
             )
         )
     except KeyboardInterrupt:
