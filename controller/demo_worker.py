@@ -35,7 +35,7 @@ class DemoOptions:
     codec: str = "fixedpoint"
     density: float = 1.0
     loss: float = 0.0
-    window: int = 64
+    window: int = 256  # the job's slot pool, a quarter of the switch's (SwitchML's client: 256)
     wire_dir: str | None = None  # None: the softswitch makes a private one (READY wire_dir=)
     grpc_port: int = 0
     seed: int = 1
