@@ -1,7 +1,7 @@
 """In-network aggregation against the host collectives on bandwidth-limited Mininet networks
 (root), with five goals checked and, where one is missed, why (from the measurements).
 
-    sudo .venv/bin/python bench/bench_collectives.py [--bw 2] [--size 128K]
+    sudo .venv/bin/python bench/bench_collectives.py [--bw 2] [--size 128K] [--repeat 1]
         [--bigraph bigraph:2x4] [--torus torus:3x3] [--star star:4] [--node-ports all|1]
         [--switch softswitch]
 
@@ -29,9 +29,12 @@ on BiGraph and no link carrying two flows in a step (the schedule's routes,
 Mininet with the workers' N(0, 0.01) inputs, and in memory (the same executor, threads) on
 real gradients: a small MLP's after 10 SGD steps, one batch per worker; (e) ring faster
 than the worker-aggregator on INCEPTIONN's 4 nodes, with and without compression. The
-links must be the bottleneck, not the softswitch's CPU: `--bw` is low on purpose, and the
+links must be the bottleneck, not the softswitch's CPU: `--bw` is low on purpose, the
 table's `load` column (the busiest link's bytes over what its bandwidth carries in the
-completion time) shows how close each run came.
+completion time) shows how close each run came, and `bound` what bounded it (the runner's
+bottleneck accounting: links, emulator or unclear, docs/mininet.md); a goal judged on a run
+the emulator bounded says so, with the runner's reason. `--repeat N` runs every algorithm N
+times per network: the table shows the median time and its range.
 
 Without root it says so and exits 0; so does a machine without Mininet (`make mininet-deps`).
 """
@@ -43,6 +46,7 @@ import contextlib
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -56,7 +60,8 @@ GOAL_D = 3.6  # INCEPTIONN ring: ~4x fewer bytes than plain ring (within 10 %)
 
 @dataclass
 class Measured:
-    """One algorithm's row of a run's summary.json."""
+    """One algorithm's rows of a run's summary.json: the median run's numbers (the median
+    time over the verified runs), the range, and what bounded them."""
 
     algo: str
     codec: str
@@ -66,6 +71,41 @@ class Measured:
     busiest_link: str
     load: float | None
     verified: bool
+    low: float = math.nan  # the fastest and slowest run
+    high: float = math.nan
+    bound_by: str = "-"  # the median run's (links, emulator, unclear)
+    emulator_runs: int = 0  # runs the emulator bounded
+    runs: int = 1
+    reason: str = ""  # an emulator-bound run's reason, else the median run's
+
+    def bound(self) -> str:
+        if 0 < self.emulator_runs < self.runs:
+            return f"emulator {self.emulator_runs}/{self.runs}"
+        return self.bound_by
+
+
+def measured(rows: list[dict[str, Any]]) -> Measured:
+    """One algorithm's runs (summary.json rows) as one `Measured`."""
+    ok = sorted((r for r in rows if r["verified"]), key=lambda r: float(r["seconds"]))
+    mid = ok[(len(ok) - 1) // 2] if ok else rows[0]
+    times = [float(r["seconds"]) for r in ok] or [math.nan]
+    marked = [r for r in rows if r.get("emulator_bound")]
+    return Measured(
+        mid["algo"],
+        mid["codec"],
+        statistics.median(times),
+        int(mid["host_sent_max"]),
+        int(mid["busiest_bytes"]),
+        str(mid["busiest_link"]),
+        mid["busiest_share"],
+        all(bool(r["verified"]) for r in rows),
+        min(times),
+        max(times),
+        str(mid.get("bound_by", "-")),
+        len(marked),
+        len(rows),
+        str((marked[0] if marked else mid).get("bound_reason", "")),
+    )
 
 
 def run_mininet(
@@ -78,7 +118,7 @@ def run_mininet(
     argv = [
         *("--topo", topo, "--algo", algos, "--codec", codec),
         *("--size", str(args.size), "--bw", str(args.bw), "--switch", args.switch),
-        *("--node-ports", args.node_ports),
+        *("--node-ports", args.node_ports, "--repeat", str(args.repeat)),
         *("--run-dir", str(run_dir), "--timeout", "60", "--no-install"),
     ]
     log = args.out / f"{name}.log"
@@ -91,19 +131,10 @@ def run_mininet(
     if not summary_path.exists():
         raise SystemExit(f"bench_collectives: {name} failed before any result; see {log}")
     summary = json.loads(summary_path.read_text())
-    rows = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     for r in summary.get("rows", []):
-        rows[r["algo"]] = Measured(
-            r["algo"],
-            r["codec"],
-            float(r["seconds"]),
-            int(r["host_sent_max"]),
-            int(r["busiest_bytes"]),
-            str(r["busiest_link"]),
-            r["busiest_share"],
-            bool(r["verified"]),
-        )
-    return rows
+        runs.setdefault(r["algo"], []).append(r)
+    return {algo: measured(rs) for algo, rs in runs.items()}
 
 
 def schedule_facts(
@@ -132,10 +163,11 @@ def schedule_facts(
 
 def _row(what: str, m: Measured, steps: int | None = None) -> str:
     load = "-" if m.load is None else f"{m.load:.0%}"
+    spread = f"{m.low:.3f}-{m.high:.3f}" if m.runs > 1 else "-"
     return (
-        f"  {what:<34} {m.algo:<10} {m.codec:<10} {m.seconds:>8.3f} "
+        f"  {what:<34} {m.algo:<10} {m.codec:<10} {m.seconds:>8.3f} {spread:>13} "
         f"{m.host_sent_max / 1e6:>9.3f} {m.busiest_bytes / 1e6:>9.3f} {load:>5} "
-        f"{'-' if steps is None else steps:>5} {'yes' if m.verified else 'NO':>8}"
+        f"{'-' if steps is None else steps:>5} {'yes' if m.verified else 'NO':>8} {m.bound()}"
     )
 
 
@@ -163,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="torus nodes for goal c: all network ports at once (default; the host link "
         "shaped to --bw x 4) or one interface (inaemu mininet --node-ports)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=arg.Integer(1, 100, "a number of runs"),
+        default=1,
+        help="runs of every algorithm on each network (the median is compared; default 1)",
     )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
@@ -193,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"  {'comparison':<34} {'algorithm':<10} {'codec':<10} {'time s':>8} "
-        f"{'host MB':>9} {'busiest':>9} {'load':>5} {'steps':>5} {'verified':>8}"
+        f"{'min-max s':>13} {'host MB':>9} {'busiest':>9} {'load':>5} {'steps':>5} "
+        f"{'verified':>8} bound"
     )
     for a in ("ina", "ring"):
         print(_row(f"(a) {args.bigraph}, N=8", big[a], bfacts.get(a, (None, 0))[0]))
@@ -209,8 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "  host MB: the most a host sent (frames, kernel counters); busiest: the busiest link "
         "direction's MB; load: that over what its bandwidth carries in the time; steps: the "
-        "schedule's"
+        "schedule's; bound: what bounded the (median) run: links, emulator, unclear"
     )
+    nets = [(args.bigraph, big), (args.bigraph, plain), (args.bigraph, inc), (args.torus, tor)]
+    nets += [(args.star, rows) for rows in wa.values()]
+    for net, rows in nets:
+        for m in rows.values():
+            if m.emulator_runs:
+                print(f"  emulator-bound: {m.algo} ({m.codec}) on {net}: {m.reason}")
     print()
     ok = all(m.verified for rows in (big, plain, inc, tor, *wa.values()) for m in rows.values())
     for line in goals(args, big, plain, inc, tor, bfacts, tfacts):
@@ -246,11 +291,8 @@ def goals(
             f"but INA frames carry 256 B of lanes in 312 B (1.22x overhead, TCP's ~1.05x), "
             f"so a host's link carries only {bytes_ratio:.2f}x more with ring"
         )
-        if ina.load is not None and ina.load < 0.8:
-            why += (
-                f"; and INA's busiest link was only {ina.load:.0%} busy: the softswitch's "
-                "per-packet CPU, not the link, limited it"
-            )
+        if ina.emulator_runs:
+            why += f"; and INA's run was emulator-bound, not link-bound: {ina.reason}"
         lines.append(f"    why: {why}")
     hd, hdrm = big["hd"], big["hdrm"]
     faster = hdrm.seconds < hd.seconds
@@ -265,7 +307,7 @@ def goals(
         lines.append(
             f"    why: HD's contended links ({bfacts['hd'][1]} flows) did not slow it more "
             f"than HDRM's longer paths (busiest-link load HD {_pct(hd.load)}, "
-            f"HDRM {_pct(hdrm.load)})"
+            f"HDRM {_pct(hdrm.load)})" + emulator_note(hd, hdrm)
         )
     tr, mt = tor["ring"], tor["multitree"]
     fewer = tfacts["multitree"][0] < tfacts["ring"][0]
@@ -287,6 +329,7 @@ def goals(
                 else f"the model predicted {predicted:.2f}x from the links alone; busiest-link "
                 f"load MultiTree {_pct(mt.load)}, ring {_pct(tr.load)}"
             )
+            + emulator_note(mt, tr)
         )
     p, c = plain["ring"], inc["ring"]
     ratio = p.host_sent_max / c.host_sent_max
@@ -335,7 +378,7 @@ def goal_e(args: argparse.Namespace, wa: dict[str, dict[str, Measured]]) -> list
             lines.append(
                 f"    why ({c}): the aggregator's link was {_pct(ps.load)} busy, ring's busiest "
                 f"{_pct(ring.load)}: ring's 2(N - 1) dependent steps leave its links idle "
-                "between them, the aggregator's 2 steps do not"
+                "between them, the aggregator's 2 steps do not" + emulator_note(ring, ps)
             )
     return lines
 
@@ -440,6 +483,14 @@ def ring_bytes_on_gradients(n: int) -> tuple[float, float, bool]:
         if name == "inceptionn":
             within = all(bool(np.all(np.abs(o - exact) <= bound)) for o in outs)
     return sent["plain"], sent["inceptionn"], within
+
+
+def emulator_note(*ms: Measured) -> str:
+    """'; emulator-bound: ...' for the runs the emulator, not the links, bounded."""
+    marked = [
+        f"{m.algo} ({m.emulator_runs}/{m.runs} runs: {m.reason})" for m in ms if m.emulator_runs
+    ]
+    return "; emulator-bound, not the links: " + "; ".join(marked) if marked else ""
 
 
 def _pct(x: float | None) -> str:

@@ -8,13 +8,18 @@ For every switch kind and topology, with `inaemu mininet` (algo `ina`, int32, ev
 verified by the runner):
 
 1. **the switch's limit**: an allreduce on unshaped links (`--bw` unset) is bounded by the
-   switch; the busiest host link's bytes per second in it, in Mbit/s, is the bandwidth at which
-   the switch becomes the bottleneck (printed as `limit`).
-2. **shaped**: the links set to `--share` (default 0.5) of that limit, so that the links and
-   not the switch bound the run, and M chosen so that M * 8 / bw is about `--seconds`. Per run:
-   `x M*8/bw`, the completion time over the time the payload alone needs at the link rate, and
-   `x wire`, over the time the busiest host link's bytes (frames with their headers, every
-   retransmission included) need at that rate.
+   switch; the busiest link's bytes per second in it, in Mbit/s, is the bandwidth at which
+   the switch becomes the bottleneck (printed as `limit`; `mininet.accounting.capacity`, what
+   `inaemu mininet --bw auto` measures).
+2. **shaped**: the links set to `--share` (default 0.5) of that limit
+   (`accounting.choose_bw`), so that the links and not the switch bound the run, and M chosen
+   so that M * 8 / bw is about `--seconds`. Per run: `x M*8/bw`, the completion time over the
+   time the payload alone needs at the link rate, and `x wire`, over the time the busiest host
+   link's bytes (frames with their headers, every retransmission included) need at that rate;
+   and what bounded it (`bound`: links, emulator or unclear, the runner's bottleneck
+   accounting, docs/mininet.md), with the busiest process's share of a core (`cpu`) and the
+   machine's cores busy (`machine`) over the run. A shaped run that is not links-bound is
+   listed under the table with the runner's reason.
 
 A frame carries K = 64 int32 lanes (256 bytes) in 312 bytes on the wire (Ethernet, IPv4, UDP
 and INA headers), so an allreduce can at best reach 312 / 256 = 1.22 x M * 8 / bw: a target of
@@ -44,6 +49,7 @@ if str(ROOT) not in sys.path:
 
 from inaemu.hostlib import args as arg  # noqa: E402
 from inaemu.hostlib.wire import FRAME_BYTES, K  # noqa: E402
+from inaemu.mininet.accounting import capacity, choose_bw  # noqa: E402
 
 PAYLOAD_BYTES = 4 * K  # int32 lanes per frame
 MIN_SIZE = 16 * 1024  # elements: below this, start-up dominates
@@ -57,6 +63,23 @@ class Run:
     host_link_bytes: int  # the busiest host link, the busier direction
     retransmissions: int
     verified: bool
+    row: dict[str, Any]  # summary.json's row: the accounting (bound_by, bound_reason, ...)
+    directions: list[tuple[str, int, float | None]]  # every link direction's bytes, scale 1
+
+    @property
+    def bound(self) -> str:
+        return str(self.row.get("bound_by", "-"))
+
+    def cpu(self) -> tuple[str, str]:
+        """The busiest process's share of a core over the run, and the machine's cores."""
+        usage = self.row.get("accounting", {}).get("usage") or {}
+        procs = usage.get("processes") or []
+        machine = usage.get("machine_busy")
+        top = max(procs, key=lambda p: p["busy"], default=None)
+        return (
+            "-" if top is None else f"{top['name']} {top['busy']:.0%}",
+            "-" if machine is None else f"{machine:.0%}",
+        )
 
     @property
     def payload_bytes(self) -> int:
@@ -90,8 +113,19 @@ def run_scenario(topo: str, switch: str, size: int, bw: float | None, tmp: Path)
         if ":" not in u["a"]  # a host's link: "h1" - "s1:1"
     )
     retx = sum(int(r.get("retransmissions", 0)) for r in summary["worker_reports"] if r)
+    ways: list[tuple[str, int, float | None]] = []
+    for u in summary["links"]:
+        ways += [(f"{u['a']} -> {u['b']}", int(u["a_to_b"]), 1.0)]
+        ways += [(f"{u['b']} -> {u['a']}", int(u["b_to_a"]), 1.0)]
     return Run(
-        bw, size, float(summary["completion_seconds"]), host_bytes, retx, summary["verified"]
+        bw,
+        size,
+        float(summary["completion_seconds"]),
+        host_bytes,
+        retx,
+        summary["verified"],
+        summary["rows"][0],
+        ways,
     )
 
 
@@ -104,11 +138,6 @@ def switch_missing(kind: str) -> str | None:
     if missing is None and shutil.which("simple_switch_grpc") is None:
         missing = "simple_switch_grpc not on PATH"
     return missing
-
-
-def readable(x: float) -> float:
-    """x to two significant digits (a bandwidth to print and set)."""
-    return float(f"{x:.2g}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,8 +177,10 @@ def bench(argv: list[str] | None) -> int:
         f"{FRAME_BYTES / PAYLOAD_BYTES:.2f} x M*8/bw); {os.cpu_count()} cpus"
     )
     header = f"{'topology':<18} {'switch':<10} {'limit':>9} {'bw':>6} {'MiB':>8} {'seconds':>7}"
-    header += f" {'x M*8/bw':>8} {'x wire':>6} {'retx':>5} {'ok':>3}"
+    header += f" {'x M*8/bw':>8} {'x wire':>6} {'retx':>5} {'ok':>3} {'bound':<8} {'cpu':<9}"
+    header += f" {'machine':>7}"
     rows: list[str] = []
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-mininet-") as tmpdir:
         tmp = Path(tmpdir)
         for kind in args.switch:
@@ -159,29 +190,39 @@ def bench(argv: list[str] | None) -> int:
                 continue
             for topo in args.topo:
                 probe = run_scenario(topo, kind, args.probe_size, None, tmp)
-                limit = probe.host_link_bytes * 8 / probe.seconds / 1e6
-                bw = readable(limit * args.share)
+                cap = capacity("ina", probe.size, probe.seconds, probe.directions)
+                if cap is None:
+                    raise RuntimeError(f"{topo} on {kind}: the unshaped run has no time")
+                limit, bw = cap.mbit, choose_bw([cap], margin=args.share).bw
                 print(
                     f"# {topo} on {kind}: unshaped {probe.seconds:.2f} s for "
                     f"{probe.payload_bytes / 2**20:.1f} MiB per worker: the switch's limit "
-                    f"{limit:.1f} Mbit/s per host link; shaped at {bw:g} Mbit/s",
+                    f"{limit:.1f} Mbit/s on the busiest link ({cap.link}); shaped at {bw:g} "
+                    f"Mbit/s; {probe.row.get('bound_reason', '')}",
                     flush=True,
                 )
                 size = max(MIN_SIZE, int(args.seconds * bw * 1e6 / 8 / 4) // K * K)
                 for _ in range(args.repeat):
                     r = run_scenario(topo, kind, size, bw, tmp)
+                    cpu, machine = r.cpu()
                     rows.append(
                         f"{topo:<18} {kind:<10} {limit:>9.1f} {bw:>6g} "
                         f"{r.payload_bytes / 2**20:>8.2f} {r.seconds:>7.2f} "
                         f"{r.x_payload():>8.2f} {r.x_wire():>6.2f} {r.retransmissions:>5} "
-                        f"{'yes' if r.verified else 'NO':>3}"
+                        f"{'yes' if r.verified else 'NO':>3} {r.bound:<8} {cpu:<9} {machine:>7}"
                     )
                     print(f"#   {rows[-1]}", flush=True)
-    print("# limit: Mbit/s per host link at which the switch, unshaped, became the bottleneck")
+                    if r.bound != "links":
+                        notes.append(f"{topo} on {kind}, {bw:g} Mbit/s: {r.row['bound_reason']}")
+    print("# limit: Mbit/s on the busiest link where the emulator, unshaped, was the bottleneck")
     print("# M: payload bytes per worker (MiB); x wire: over the busiest host link's bytes")
+    print("# bound: what bounded the run (links, emulator, unclear); cpu: the busiest process's")
+    print("# share of a core over the run; machine: all cores busy, anybody's work")
     print(header)
     for row in rows:
         print(row)
+    for note in notes:
+        print(f"# not links-bound: {note}")
     return 0
 
 

@@ -87,6 +87,7 @@ from inaemu.controller.topology import (
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
 from inaemu.hostlib.wire import MAX_RUN
+from inaemu.mininet.compare import REPEATS, parse_sizes
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 
@@ -611,7 +612,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     size = args.size if args.size is not None else (TOPO_SIZE if topo or args.algo else 2_000_000)
     if not topo and args.trees not in (0, 1):
         raise ValueError("--trees needs --topo (one switch has one tree)")
-    _check_demo_size(topo, workers, size)
+    if not args.algo and (args.sizes or args.repeat != 1 or args.run_dir):
+        raise ValueError("--sizes, --repeat and --run-dir are for the comparison (--algo)")
+    if args.sizes and args.size is not None:
+        raise ValueError("give --size or --sizes, not both")
+    sizes = tuple(args.sizes or ())
+    _check_demo_size(topo, workers, max(sizes, default=size))
     return main_demo(
         DemoOptions(
             workers=workers,
@@ -630,6 +636,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             algos=parse_algos(args.algo) if args.algo else (),
             mtu=args.mtu,
             node_ports=args.node_ports,
+            sizes=sizes,
+            repeat=args.repeat,
+            run_dir=args.run_dir,
             dataplane=args.dataplane,
         )
     )
@@ -714,6 +723,27 @@ def build_parser() -> argparse.ArgumentParser:
         type=arg.Integer(MIN_MTU, MAX_MTU, "IPv4 packet bytes"),
         default=1500,
         help="with --algo: IPv4 packet bytes of the host collectives' frames (default 1500)",
+    )
+    d.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=None,
+        metavar="LIST",
+        help="with --algo: several sizes, e.g. 64K,256K (elements; K, M = 2^10, 2^20): every "
+        "algorithm at each, and completion.png (time against size) in the run dir",
+    )
+    d.add_argument(
+        "--repeat",
+        type=REPEATS,
+        default=1,
+        help="with --algo: runs of every algorithm at every size; the table and the plot "
+        "show the median and the spread (default 1)",
+    )
+    d.add_argument(
+        "--run-dir",
+        default=None,
+        help="with --algo: where summary.json, completion.png and the switches' logs go "
+        "(default: a new folder under the temp dir)",
     )
     d.add_argument(
         "--dataplane",

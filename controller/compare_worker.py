@@ -35,6 +35,7 @@ class Task:
     run: int  # run id: INA's, and the channel's and executor's
     schedule: dict[str, Any] | None = None  # Schedule.to_json() of a host collective
     peers: tuple[tuple[str, str], ...] = ()  # (mac, ip) of each schedule rank
+    size: int = 0  # elements per worker; 0: the options' size
 
 
 @dataclass
@@ -68,8 +69,8 @@ def serve(
     """Run tasks until the parent sends None (or ends: `end_with_parent`); a failure is one
     line on `results`."""
     end_with_parent()
+    inputs: dict[int, npt.NDArray[Any]] = {}  # by size: the same input for every algorithm
     try:
-        x = worker_input(opts.seed, worker, opts.size, opts.density, opts.codec)
         while True:
             try:
                 task = tasks.get(timeout=IDLE_TIMEOUT)
@@ -77,8 +78,12 @@ def serve(
                 return
             if task is None:
                 return
+            size = task.size or opts.size
+            if size not in inputs:
+                inputs.clear()  # sizes come in turn: keep one array
+                inputs[size] = worker_input(opts.seed, worker, size, opts.density, opts.codec)
             try:
-                results.put(_run(worker, opts, seat, task, x, go))
+                results.put(_run(worker, opts, seat, task, inputs[size], go))
             except Exception as exc:  # one clear line for the parent, not a traceback
                 go.abort()
                 results.put(f"worker {worker} ({task.algo}): {type(exc).__name__}: {exc}")

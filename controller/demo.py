@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 from inaemu.controller.demo_worker import (
@@ -252,10 +253,15 @@ def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
 
 
 def start_switches(
-    topo: Topology, workers: Sequence[str], wire_dir: str, opts: DemoOptions
+    topo: Topology,
+    workers: Sequence[str],
+    wire_dir: str,
+    opts: DemoOptions,
+    log_dir: Path | None = None,
 ) -> tuple[dict[str, subprocess.Popen[str]], dict[str, str]]:
     """One softswitch process per switch, all at once: its workers' ports on host wires, its
-    links to the other switches' ports, in `wire_dir`; (processes, P4Runtime addresses)."""
+    links to the other switches' ports, in `wire_dir`; (processes, P4Runtime addresses).
+    Each switch's stderr goes to `log_dir`/<switch>.log (kept), else to a temporary file."""
     host_ports: dict[str, list[int]] = {sw: [] for sw in topo.switches}
     for host in workers:
         home, port = topo.host_attachment(host)
@@ -283,7 +289,10 @@ def start_switches(
                     argv += ["--wires", ",".join(map(str, sorted(host_ports[name])))]
                 for port, (peer, peer_port) in sorted(adj[name].items()):
                     argv += ["--link", f"{port}={peer}.{peer_port}"]
-                logs[name] = files.enter_context(tempfile.TemporaryFile("w+"))
+                if log_dir is not None:
+                    logs[name] = files.enter_context((log_dir / f"{name}.log").open("w+"))
+                else:
+                    logs[name] = files.enter_context(tempfile.TemporaryFile("w+"))
                 procs[name] = _launch(argv, logs[name])
             deadline = time.monotonic() + SWITCH_START_TIMEOUT
             for name, proc in procs.items():

@@ -47,6 +47,9 @@ class DemoOptions:
     algos: tuple[str, ...] = ()  # the comparison (controller/compare.py): ina and schedules
     mtu: int = 1500  # the comparison: IPv4 packet bytes of the host collectives' frames
     node_ports: str = "all"  # the comparison: torus and mesh node model (collectives.routes)
+    sizes: tuple[int, ...] = ()  # the comparison: several sizes (elements); () = (size,)
+    repeat: int = 1  # the comparison: runs of each algorithm at each size
+    run_dir: str | None = None  # the comparison: summary.json, completion.png, logs/
     dataplane: str = "fast"  # the softswitches' --dataplane: fast (compiled) or reference
 
 

@@ -27,7 +27,10 @@ could carry during the completion time.
 
 from __future__ import annotations
 
+import argparse
 import math
+import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,11 +39,53 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
+from inaemu.mininet.accounting import (
+    LinkLoad,
+    Usage,
+    classify,
+    emulator_drops,
+    link_floor,
+    link_loads,
+)
 from inaemu.mininet.scenario import LinkUse
 
 UNIT_ROUNDOFF = 2.0**-24  # float32
 CHECKS = ("exact", "bound")
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_REPEATS = 100  # --repeat: runs of each algorithm at each size
+REPEATS = arg.Integer(1, MAX_REPEATS, "a number of runs")
+
+
+def parse_size(text: str) -> int:
+    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), at most `arg.MAX_ELEMENTS`
+    (256M)."""
+    m = re.fullmatch(r"\s*(\d[\d_]{0,30})\s*([KMG]?)\s*", text, re.IGNORECASE)
+    if m is None or int(m[1]) == 0:
+        raise argparse.ArgumentTypeError(f"bad size {text!r}: elements, e.g. 100000, 64K, 16M")
+    size = int(m[1]) * _SUFFIX[m[2].upper()]
+    if size > arg.MAX_ELEMENTS:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: at most {arg.MAX_ELEMENTS >> 20}M elements per worker"
+        )
+    return size
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma list of sizes (`parse_size`), each once, in the order given."""
+    sizes = [parse_size(part) for part in text.split(",")]
+    if len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(f"--sizes {text}: a size is named twice")
+    return sizes
+
+
+def size_label(size: int) -> str:
+    """A size as `parse_size` reads it: 64K, 1M, 100000 (the largest exact binary suffix)."""
+    for suffix in ("G", "M", "K"):
+        if size % _SUFFIX[suffix] == 0:
+            return f"{size // _SUFFIX[suffix]}{suffix}"
+    return str(size)
 
 
 def gamma(k: int) -> float:
@@ -124,7 +169,8 @@ def check_results(
 
 @dataclass
 class Row:
-    """One algorithm at one size: the table's row (summary.json's `rows`)."""
+    """One run of an algorithm at one size: a row of summary.json's `rows` (repeated runs of
+    one algorithm and size share one line of the table: `Point`)."""
 
     algo: str
     size: int  # elements per worker
@@ -142,6 +188,15 @@ class Row:
     max_abs_error: float  # vs the float64 sum of the inputs
     problems: list[str] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)  # what the algorithm's set-up said
+    repeat: int = 1  # which run of this algorithm and size (1..--repeat)
+    floor_seconds: float | None = None  # the busiest link's bytes at its rate; None: unshaped
+    bound_by: str = "unknown"  # links | emulator | unclear | unknown (`accounting.classify`)
+    emulator_bound: bool = False
+    bound_reason: str = ""
+    # the measurements behind it: `usage` (CPU per process and of the machine over the
+    # completion window), `port_drops` (per switch, during the run), `links` (each direction's
+    # bytes, rate and load)
+    accounting: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,6 +213,17 @@ def host_bytes_sent(uses: Sequence[LinkUse], hosts: Sequence[str]) -> dict[str, 
     return sent
 
 
+def directions(
+    uses: Sequence[LinkUse], bandwidths: Sequence[float | None]
+) -> list[tuple[str, int, float | None]]:
+    """(link direction, bytes, its bandwidth in Mbit/s or None) of every link, both ways."""
+    out = []
+    for u, bw in zip(uses, bandwidths, strict=True):
+        out.append((f"{u.a} -> {u.b}", u.a_to_b, bw))
+        out.append((f"{u.b} -> {u.a}", u.b_to_a, bw))
+    return out
+
+
 def busiest(
     uses: Sequence[LinkUse], bandwidths: Sequence[float | None]
 ) -> tuple[str, int, float | None]:
@@ -168,11 +234,10 @@ def busiest(
     shaped = all(bw for bw in bandwidths)
     best: tuple[str, int, float | None] = ("-", 0, None)
     most = 0.0
-    for u, bw in zip(uses, bandwidths, strict=True):
-        for name, carried in ((f"{u.a} -> {u.b}", u.a_to_b), (f"{u.b} -> {u.a}", u.b_to_a)):
-            need = carried / bw if shaped and bw else float(carried)
-            if need > most:
-                best, most = (name, carried, bw), need
+    for name, carried, bw in directions(uses, bandwidths):
+        need = carried / bw if shaped and bw else float(carried)
+        if need > most:
+            best, most = (name, carried, bw), need
     return best
 
 
@@ -189,14 +254,26 @@ def make_row(
     verdict: Verdict,
     problems: Sequence[str] = (),
     facts: Mapping[str, str] | None = None,
+    usage: Usage | None = None,
+    drops: Mapping[str, Mapping[str, int]] | None = None,
+    queue_drops: Mapping[str, int] | None = None,
+    repeat: int = 1,
 ) -> Row:
-    """The row of a run: `problems` (failed workers, a dead switch) and the verdict's."""
+    """The row of a run: `problems` (failed workers, a dead switch) and the verdict's; with
+    `usage` (CPU over the completion window), `drops` (per switch, its port drops during the
+    run) and `queue_drops` (per switch, what its interfaces' queues dropped: the shaped links'
+    buffers, taken off the port drops), what bounded it (`accounting.classify`)."""
     sent = host_bytes_sent(uses, hosts)
     per_link = [u.a_to_b + u.b_to_a for u in uses]
     name, carried, bw = busiest(uses, bandwidths)
     share = None
     if bw is not None and math.isfinite(seconds) and seconds > 0:
         share = carried / (bw * 1e6 / 8 * seconds)
+    loads = link_loads(directions(uses, bandwidths), seconds)
+    floor = link_floor(loads)
+    lost = None if drops is None else emulator_drops(drops, queue_drops or {})
+    queued = sum((queue_drops or {}).values())
+    bound = classify(seconds, floor, usage, lost, shaped=floor is not None, queued=queued)
     all_problems = [*problems, *verdict.problems]
     return Row(
         algo=algo,
@@ -215,7 +292,132 @@ def make_row(
         max_abs_error=verdict.max_abs_error,
         problems=all_problems,
         facts=dict(facts or {}),
+        repeat=repeat,
+        floor_seconds=None if floor is None else floor.seconds_needed,
+        bound_by=bound.by,
+        emulator_bound=bound.emulator,
+        bound_reason=bound.reason,
+        accounting=accounting_json(usage, drops, loads, queue_drops),
     )
+
+
+def accounting_json(
+    usage: Usage | None,
+    drops: Mapping[str, Mapping[str, int]] | None,
+    loads: Sequence[LinkLoad],
+    queue_drops: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """A row's `accounting`: what the bound was judged from."""
+    return {
+        "usage": None if usage is None else usage.to_json(),
+        "port_drops": None if drops is None else {k: dict(v) for k, v in drops.items()},
+        "link_queue_drops": None if queue_drops is None else dict(queue_drops),
+        "links": [asdict(x) for x in loads],
+    }
+
+
+# ---------------------------------------------------------------------- repeated runs
+
+
+@dataclass
+class Point:
+    """One algorithm at one size over its repeated runs: the table's line, the plot's point."""
+
+    algo: str
+    size: int
+    runs: int  # every run, verified or not
+    seconds: list[float] = field(default_factory=list)  # each verified run's completion time
+    floors: list[float] = field(default_factory=list)  # their link floors (none: unshaped)
+    emulator_bound: int = 0  # verified runs marked emulator-bound
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else float("nan")
+
+    @property
+    def low(self) -> float:
+        return min(self.seconds, default=float("nan"))
+
+    @property
+    def high(self) -> float:
+        return max(self.seconds, default=float("nan"))
+
+    @property
+    def floor(self) -> float | None:
+        return statistics.median(self.floors) if self.floors else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "median_seconds": self.median,
+            "min_seconds": self.low,
+            "max_seconds": self.high,
+            "floor_seconds": self.floor,
+        }
+
+
+def groups(rows: Sequence[Row]) -> list[list[Row]]:
+    """The rows of each (algorithm, size), in the order they first appear."""
+    out: dict[tuple[str, int], list[Row]] = {}
+    for r in rows:
+        out.setdefault((r.algo, r.size), []).append(r)
+    return list(out.values())
+
+
+def _timed(r: Row) -> bool:
+    return r.verified and math.isfinite(r.seconds)
+
+
+def make_point(group: Sequence[Row]) -> Point:
+    ok = [r for r in group if _timed(r)]
+    return Point(
+        group[0].algo,
+        group[0].size,
+        len(group),
+        [r.seconds for r in ok],
+        [r.floor_seconds for r in ok if r.floor_seconds is not None],
+        sum(r.emulator_bound for r in ok),
+    )
+
+
+def points(rows: Sequence[Row]) -> list[Point]:
+    return [make_point(g) for g in groups(rows)]
+
+
+def median_row(group: Sequence[Row]) -> Row:
+    """The run whose time is the median of its group's verified runs (the lower of the two
+    middle ones), else the first run."""
+    ok = sorted((r for r in group if _timed(r)), key=lambda r: r.seconds)
+    return ok[(len(ok) - 1) // 2] if ok else group[0]
+
+
+def bound_cell(group: Sequence[Row]) -> str:
+    """links | emulator | unclear, or `emulator k/n` when only k of the n runs were."""
+    kinds = [r.bound_by for r in group]
+    if len(set(kinds)) == 1:
+        return kinds[0]
+    marked = sum(r.emulator_bound for r in group)
+    if marked:
+        return f"emulator {marked}/{len(group)}"
+    return max(set(kinds), key=kinds.count) + " ~"
+
+
+def _process_cell(r: Row) -> str:
+    usage = r.accounting.get("usage")
+    if not usage or not usage.get("processes"):
+        return "-"
+    p = max(usage["processes"], key=lambda x: x["busy"])
+    return f"{p['name']} {100 * p['busy']:.0f} %"
+
+
+def _machine_cell(r: Row) -> str:
+    usage = r.accounting.get("usage")
+    if not usage or usage.get("machine_busy") is None:
+        return "-"
+    return f"{100 * usage['machine_busy']:.0f} %"
+
+
+# ---------------------------------------------------------------------- the table
 
 
 def _mb(n: float) -> str:
@@ -228,84 +430,236 @@ def _error(e: float) -> str:
     return "0" if e == 0 else f"{e:.2e}"
 
 
+def _s(x: float | None) -> str:
+    return f"{x:.3f}" if x is not None and math.isfinite(x) else "-"
+
+
 TABLE_HEADER = (
     "algorithm",
     "size",
     "check",
     "time s",
-    "host sent MB max/mean",
-    "per link MB",
+    "min-max s",
+    "floor s",
+    "load",
     "busiest link",
     "busiest MB",
-    "load",
+    "host sent MB max/mean",
+    "busiest process",
+    "machine",
+    "bound",
     "max |error|",
 )
+_LEFT = {"algorithm", "check", "busiest link", "busiest process", "bound"}
 
 
 def render_table(rows: Sequence[Row]) -> list[str]:
-    """The comparison as text, one line per row (sizes in elements, bytes in MB = 10^6)."""
-    cells = [TABLE_HEADER]
-    for r in rows:
-        seconds = f"{r.seconds:.3f}" if math.isfinite(r.seconds) else "-"
+    """The comparison as text, one line per algorithm and size (repeated runs: the median
+    time, its range, the rest from the median run), sizes in elements, bytes in MB = 10^6."""
+    gs = groups(rows)
+    spread = any(len(g) > 1 for g in gs)
+    header = tuple(h for h in TABLE_HEADER if spread or h != "min-max s")
+    cells = [header]
+    for g in gs:
+        r, pt = median_row(g), make_point(g)
         load = f"{100 * r.busiest_share:.0f} %" if r.busiest_share is not None else "-"
-        verdict = r.check if r.verified else "FAILED"
-        cells.append(
-            (
-                r.algo,
-                f"{r.size:,}",
-                verdict,
-                seconds,
-                f"{_mb(r.host_sent_max)} / {_mb(r.host_sent_mean)}",
-                _mb(r.link_bytes_mean),
-                r.busiest_link,
-                _mb(r.busiest_bytes),
-                load,
-                _error(r.max_abs_error),
-            )
-        )
-    widths = [max(len(c[i]) for c in cells) for i in range(len(TABLE_HEADER))]
+        line = {
+            "algorithm": r.algo,
+            "size": f"{r.size:,}",
+            "check": r.check if all(x.verified for x in g) else "FAILED",
+            "time s": _s(pt.median if pt.seconds else r.seconds),
+            "min-max s": f"{pt.low:.3f}-{pt.high:.3f}" if len(pt.seconds) > 1 else "-",
+            "floor s": _s(r.floor_seconds),
+            "load": load,
+            "busiest link": r.busiest_link,
+            "busiest MB": _mb(r.busiest_bytes),
+            "host sent MB max/mean": f"{_mb(r.host_sent_max)} / {_mb(r.host_sent_mean)}",
+            "busiest process": _process_cell(r),
+            "machine": _machine_cell(r),
+            "bound": bound_cell(g),
+            "max |error|": _error(max((x.max_abs_error for x in g), key=_nan_low)),
+        }
+        cells.append(tuple(line[h] for h in header))
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = []
     for c in cells:
         parts = [
-            c[i].ljust(widths[i]) if i in (0, 2, 6) else c[i].rjust(widths[i])
+            c[i].ljust(widths[i]) if header[i] in _LEFT else c[i].rjust(widths[i])
             for i in range(len(c))
         ]
         lines.append("  ".join(parts).rstrip())
     return lines
 
 
-def plot_completion(rows: Sequence[Row], path: Path, *, title: str = "") -> Path:
-    """completion time against size, one line per algorithm (verified runs only), as a PNG.
-    Needs matplotlib (the `draw` extra); RuntimeError saying so if it is missing."""
+def _nan_low(x: float) -> float:
+    return x if math.isfinite(x) else -math.inf
+
+
+def bound_notes(rows: Sequence[Row]) -> list[str]:
+    """Under the table: why each algorithm and size that was not links-bound was not (the
+    median run's reason; the median emulator-bound run's if any was)."""
+    out = []
+    for g in groups(rows):
+        marked = sum(r.emulator_bound for r in g)
+        r = median_row([x for x in g if x.emulator_bound] if marked else g)
+        if not marked and r.bound_by == "links":
+            continue
+        runs = f" ({marked} of {len(g)} runs)" if marked and len(g) > 1 else ""
+        what = "emulator-bound" if marked else f"{r.bound_by}"
+        out.append(f"  {r.algo} x {size_label(r.size)}: {what}{runs}: {r.bound_reason}")
+    return out
+
+
+# ---------------------------------------------------------------------- the plot
+
+
+def _nice_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks from the largest one <= lo to the smallest one >= hi, at least two
+    (decades only when that makes more than 12)."""
+    for mantissas in ((1, 2, 5), (1,)):
+        ticks = []
+        for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2):
+            ticks += [m * 10.0**e for m in mantissas]
+        below = max(t for t in ticks if t <= lo * (1 + 1e-9))
+        above = min(t for t in ticks if t >= hi * (1 - 1e-9))
+        if below == above:  # one value on a tick: the ticks either side of it too
+            below = max(t for t in ticks if t < below)
+            above = min(t for t in ticks if t > above)
+        chosen = [float(f"{t:.6g}") for t in ticks if below <= t <= above]
+        if len(chosen) <= 12:
+            break
+    return chosen
+
+
+DODGE = 1.03  # the plot: neighbouring algorithms' points this factor apart around a size
+
+
+def completion_figure(pts: Sequence[Point], *, title: str = "") -> Any:
+    """The figure of completion time against size (log-log): per algorithm the median of its
+    verified runs (a line), the spread min-max (bars), its link floor (dashed, its colour),
+    emulator-bound points hollow; x ticks at exactly the sizes (`size_label`), y ticks 1-2-5.
+    The caller closes it (`matplotlib.pyplot.close`). RuntimeError if matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.ticker import NullLocator
     except ImportError:
         raise RuntimeError(
             "the completion plot needs matplotlib: pip install 'inaemu[draw]'"
         ) from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    try:
-        for algo in dict.fromkeys(r.algo for r in rows):
-            points = sorted(
-                (r.size, r.seconds)
-                for r in rows
-                if r.algo == algo and r.verified and math.isfinite(r.seconds)
+    fig, ax = plt.subplots(figsize=(9, 5))
+    sizes = sorted({p.size for p in pts})
+    values: list[float] = []
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    handles: list[Any] = []
+    any_floor = any_marked = any_spread = False
+    algos = list(dict.fromkeys(p.algo for p in pts if p.seconds))
+    for i, algo in enumerate(algos):
+        colour = colours[i % len(colours)]
+        mine = sorted((p for p in pts if p.algo == algo and p.seconds), key=lambda p: p.size)
+        # each algorithm a little to the side of the size (DODGE), so that bars do not overlap
+        dodge = DODGE ** (i - (len(algos) - 1) / 2)
+        xs, ys = [p.size * dodge for p in mine], [p.median for p in mine]
+        values += [p.low for p in mine] + [p.high for p in mine]
+        ax.plot(xs, ys, color=colour, linewidth=1.5)
+        handles.append(Line2D([], [], color=colour, marker="o", label=algo))
+        for x, p in zip(xs, mine, strict=True):
+            hollow = p.emulator_bound > 0
+            any_marked |= hollow
+            ax.plot(
+                [x], [p.median], linestyle="none", marker="o", markersize=7,
+                markeredgecolor=colour, markeredgewidth=1.5,
+                markerfacecolor="white" if hollow else colour,
+            )  # fmt: skip
+            if len(p.seconds) > 1:
+                any_spread = True
+                ax.errorbar(
+                    [x], [p.median],
+                    yerr=[[p.median - p.low], [p.high - p.median]],
+                    fmt="none", ecolor=colour, elinewidth=1, capsize=3,
+                )  # fmt: skip
+        floors = [(p.size, p.floor) for p in mine if p.floor is not None]
+        if floors:
+            any_floor = True
+            fx, fy = zip(*floors, strict=True)
+            values += list(fy)
+            ax.plot(fx, fy, color=colour, linestyle="--", linewidth=1, alpha=0.7)
+    if any_floor:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="grey",
+                linestyle="--",
+                label="link floor (dashed): busiest link's bytes / its rate",
             )
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", label=algo)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("elements per worker")
-        ax.set_ylabel("completion time (s)")
-        if title:
-            ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
+        )
+    if any_marked:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                markerfacecolor="white",
+                markeredgecolor="grey",
+                label="emulator-bound (hollow; in any of its runs)",
+            )
+        )
+    if any_spread:
+        runs = max(p.runs for p in pts)
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="grey",
+                marker="|",
+                linestyle="none",
+                markersize=10,
+                label=f"median of up to {runs} runs, bar min-max",
+            )
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    if sizes:
+        ax.set_xticks(sizes, [size_label(n) for n in sizes])
+        ax.set_xlim(sizes[0] / 1.4, sizes[-1] * 1.4)
+    finite = [v for v in values if math.isfinite(v) and v > 0]
+    if finite:
+        ticks = _nice_ticks(min(finite), max(finite))
+        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+        ax.set_ylim(ticks[0], ticks[-1])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("elements per worker")
+    ax.set_ylabel("completion time (s)")
+    if not any_floor:
+        title = (title + "\n" if title else "") + "links unshaped: no link floor"
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_points(pts: Sequence[Point], path: Path, *, title: str = "") -> Path:
+    """`completion_figure` as a PNG at `path`."""
+    fig = completion_figure(pts, title=title)
+    import matplotlib.pyplot as plt
+
+    try:
         fig.savefig(path, dpi=100)
     finally:
         plt.close(fig)
     return path
+
+
+def plot_completion(rows: Sequence[Row], path: Path, *, title: str = "") -> Path:
+    """The rows' completion time against size (`completion_figure`, verified runs only) as a
+    PNG. Needs matplotlib (the `draw` extra); RuntimeError saying so if it is missing."""
+    return plot_points(points(rows), path, title=title)

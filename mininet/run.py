@@ -34,6 +34,7 @@ the details.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import secrets
@@ -59,6 +60,22 @@ from inaemu.hostlib import args as arg
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
+from inaemu.mininet.accounting import (
+    BW_MARGIN,
+    DROPS_REPORTED_WITHIN,
+    RULE,
+    BwChoice,
+    Capacity,
+    CpuMeter,
+    Usage,
+    capacity,
+    choose_bw,
+    drops_delta,
+    exited,
+    link_queue_drops,
+    read_port_drops,
+    wait_exited,
+)
 from inaemu.mininet.algos import (
     ALGORITHMS,
     CODECS,
@@ -68,7 +85,19 @@ from inaemu.mininet.algos import (
     algorithm,
     describe,
 )
-from inaemu.mininet.compare import Row, Verdict, check_results, make_row, plot_completion
+from inaemu.mininet.compare import (
+    REPEATS,
+    Row,
+    Verdict,
+    bound_notes,
+    check_results,
+    groups,
+    make_row,
+    plot_completion,
+    points,
+)
+from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
+from inaemu.mininet.compare import parse_sizes as parse_sizes
 from inaemu.mininet.compare import render_table as render_comparison
 from inaemu.mininet.scenario import (
     MAX_BW,
@@ -79,39 +108,18 @@ from inaemu.mininet.scenario import (
     Scenario,
     ScenarioError,
     link_delta,
+    link_params,
     link_shaping,
 )
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 
-_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+PROBE_SIZE = 256 << 10  # --bw auto: elements per worker of the unshaped runs (at most)
 PROGRESS_EVERY = 10.0  # seconds between progress lines while the workers run (--progress)
 RUNS_DIR = "inaemu-mininet"  # the default run dirs' folder, in the temp dir
 
 
 class Interrupted(Exception):
     """SIGTERM or SIGHUP: handled like Ctrl-C."""
-
-
-def parse_size(text: str) -> int:
-    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), at most `arg.MAX_ELEMENTS`
-    (256M)."""
-    m = re.fullmatch(r"\s*(\d[\d_]{0,30})\s*([KMG]?)\s*", text, re.IGNORECASE)
-    if m is None or int(m[1]) == 0:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}: elements, e.g. 100000, 64K, 16M")
-    size = int(m[1]) * _SUFFIX[m[2].upper()]
-    if size > arg.MAX_ELEMENTS:
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: at most {arg.MAX_ELEMENTS >> 20}M elements per worker"
-        )
-    return size
-
-
-def parse_sizes(text: str) -> list[int]:
-    """A comma list of sizes (`parse_size`), each once, in the order given."""
-    sizes = [parse_size(part) for part in text.split(",")]
-    if len(set(sizes)) != len(sizes):
-        raise argparse.ArgumentTypeError(f"--sizes {text}: a size is named twice")
-    return sizes
 
 
 def algo_names(text: str) -> list[str]:
@@ -127,11 +135,18 @@ def algo_names(text: str) -> list[str]:
     return names
 
 
-def _bw(text: str) -> float:
+AUTO = "auto"  # --bw auto: chosen from an unshaped run of every algorithm (`probe_bw`)
+
+
+def _bw(text: str) -> float | str:
+    if text.strip().lower() == AUTO:
+        return AUTO
     try:
         bw = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"bad bandwidth {text!r}: Mbit/s, e.g. 20") from None
+        raise argparse.ArgumentTypeError(
+            f"bad bandwidth {text!r}: Mbit/s, e.g. 20, or auto"
+        ) from None
     if not 0 < bw <= MAX_BW:
         raise argparse.ArgumentTypeError(f"--bw {text}: Mininet shapes 0 < bw <= {MAX_BW:.0f}")
     return bw
@@ -206,7 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_bw,
         default=None,
         help="Mbit/s on every link without a bw option of its own (Mininet TCLink; default: "
-        "unshaped)",
+        f"unshaped); auto: {100 * BW_MARGIN:.0f}%% of what the emulator carries here, "
+        "measured first by an unshaped run of every algorithm (docs/mininet.md)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=REPEATS,
+        default=1,
+        help="runs of every algorithm at every size: the table and the plot show the median "
+        "and the spread (default 1)",
     )
     ap.add_argument(
         "--node-ports",
@@ -376,11 +399,13 @@ def run_workers(
     *,
     progress: Progress | None = None,
     every: float = PROGRESS_EVERY,
+    meter: CpuMeter | None = None,
 ) -> tuple[list[WorkerOutcome], Path]:
     """Every worker at once, each on its host; wait for all (at most `limit` seconds). Logs in
     logs/, results in build/results/, or in a folder `tag` of each. With `progress`, a line
     to it every `every` seconds while they run: how many are done, the time so far, the
-    bytes the hosts have sent."""
+    bytes the hosts have sent. With `meter`, every worker's CPU is measured, the last time
+    when it has exited and before it is reaped."""
     results = sc.run.build / "results" / tag
     logs = sc.run.logs / tag
     results.mkdir(parents=True, exist_ok=True)
@@ -395,6 +420,8 @@ def run_workers(
             procs.append(
                 sc.popen(host, argv, stdout=logs / f"{host}.json", stderr=logs / f"{host}.log")
             )
+            if meter is not None:
+                meter.track(procs[-1].pid, host, "worker")
     started = time.monotonic()
     deadline = started + limit
     report = _ProgressReport(sc, algo, spec, limit, started, progress, every)
@@ -402,9 +429,11 @@ def run_workers(
     for rank, (host, proc) in enumerate(zip(spec.workers, procs, strict=True)):
         rc: int | None = None
         while rc is None and time.monotonic() < deadline:
-            try:
-                rc = proc.wait(max(0.0, min(deadline, report.due) - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if wait_exited(proc, max(0.0, min(deadline, report.due) - time.monotonic())):
+                if meter is not None:
+                    meter.finished(proc.pid)  # a zombie still shows its CPU time
+                rc = proc.wait()
+            else:
                 report.maybe(procs)
         outcome = WorkerOutcome(host, rank, rc)
         stdout = (logs / f"{host}.json").read_text(errors="replace")
@@ -446,7 +475,7 @@ class _ProgressReport:
         if self.out is None or now < self.due:
             return
         self.due += self.every * (1 + int((now - self.due) // self.every))
-        done = sum(p.poll() is not None for p in procs)
+        done = sum(exited(p) for p in procs)  # not reaped: the meter reads them once more
         sent = host_bytes_sent(self.sc.link_counters()) - self.sent0
         elapsed = now - self.started
         self.out(
@@ -469,6 +498,10 @@ class AlgoRun:
     stats: str  # `inaemu stats` after it
     wall: float  # seconds from starting the workers to the last one's exit
     crashed: list[str]  # switches that died, a failed stats read or clean-up
+    usage: Usage | None = None  # CPU of the switches, workers and machine over the completion
+    drops: dict[str, dict[str, int]] | None = None  # per softswitch, its port drops in the run
+    queue_drops: dict[str, int] | None = None  # per switch, its interfaces' queues' drops in it
+    repeat: int = 1  # which run of this algorithm and size
 
 
 def run_algorithm(
@@ -483,15 +516,28 @@ def run_algorithm(
     every: float = PROGRESS_EVERY,
 ) -> AlgoRun:
     """`algo` on the scenario's programmed network: its set-up (unless done: `facts` is what
-    it said), every worker (with `progress`: lines while they run), the link counters and
-    switch statistics around them, then its clean-up."""
+    it said), every worker (with `progress`: lines while they run), the link counters, switch
+    statistics and port drops around them, the CPU of every switch and worker process and of
+    the machine over the completion window (`accounting`), then its clean-up."""
     if facts is None:
         facts = algo.prepare(sc, spec)
+    drops0, queues0 = switch_drops(sc), sc.queue_drops()
     before = sc.link_counters()
-    started = time.monotonic()
-    outcomes, results = run_workers(sc, algo, spec, limit, tag, progress=progress, every=every)
+    started, started_at = time.monotonic(), time.time()
+    with CpuMeter() as meter:
+        for sw in sc.net.switches:
+            if sw.proc is not None:
+                meter.track(sw.proc.pid, sw.name, sc.options.switch)
+            for helper in sw.helpers:
+                meter.track(helper.pid, f"tcpdump {sw.name}", "capture")
+        outcomes, results = run_workers(
+            sc, algo, spec, limit, tag, progress=progress, every=every, meter=meter
+        )
     wall = time.monotonic() - started
+    ended_at = time.time()
     links = link_delta(before, sc.link_counters())
+    t0, t1 = completion_window(outcomes) or (started_at, ended_at)
+    usage = meter.usage(t0, t1)
     died = [sw for sw in sc.net.switches if sw.proc is None or sw.proc.poll() is not None]
     crashed = [f"switch {sw.name} exited during the run: {sw.log_tail()}" for sw in died]
     try:
@@ -504,7 +550,34 @@ def run_algorithm(
             algo.finish(sc, spec)
         except ScenarioError as exc:
             crashed.append(f"{algo.name}'s clean-up: {exc}")
-    return AlgoRun(algo, spec, facts, outcomes, results, links, stats, wall, crashed)
+    drops = None
+    if drops0 is not None:
+        time.sleep(max(0.0, DROPS_REPORTED_WITHIN - (time.time() - ended_at)))
+        drops = drops_delta(drops0, switch_drops(sc) or {})
+    qdisc = {sw: n - queues0.get(sw, 0) for sw, n in sc.queue_drops().items()}
+    queues = link_queue_drops(drops, qdisc, sc.shaped_switches())
+    return AlgoRun(
+        algo, spec, facts, outcomes, results, links, stats, wall, crashed, usage, drops, queues
+    )
+
+
+def switch_drops(sc: Scenario) -> dict[str, dict[str, int]] | None:
+    """Each softswitch's port drops so far, from its log (`accounting.port_drops`); None on
+    bmv2 (not measured)."""
+    if sc.options.switch != "softswitch":
+        return None
+    return {sw.name: read_port_drops(sw.log_path) for sw in sc.net.switches}
+
+
+def completion_window(outcomes: list[WorkerOutcome]) -> tuple[float, float] | None:
+    """The wall-clock window `completion` measures (from the last worker's start to the last
+    end), or None if the reports do not say."""
+    reports = [o.report for o in outcomes if o.report]
+    if not reports or len(reports) != len(outcomes):
+        return None
+    if not all("start" in r and "end" in r for r in reports):
+        return None
+    return max(float(r["start"]) for r in reports), max(float(r["end"]) for r in reports)
 
 
 def run_algorithms(
@@ -516,22 +589,26 @@ def run_algorithms(
 ) -> list[AlgoRun]:
     """The comparison's core: each (algorithm, spec) of `plan` in turn on one programmed
     network (`Scenario.program()` done), each in a logs/ and build/results/ folder of its
-    own (`<algo>-<size>`), with progress lines every `every` seconds. `rows` turns the runs
-    into the table's rows."""
+    own (`<algo>-<size>`, and `-2`, `-3`, ... for the repeated runs of an algorithm and
+    size), with progress lines every `every` seconds. `row_of` turns a run into a row."""
     runs = []
+    seen: dict[tuple[str, int], int] = {}
     for algo, spec in plan:
+        repeat = seen[algo.name, spec.size] = seen.get((algo.name, spec.size), 0) + 1
         run = run_algorithm(
             sc,
             algo,
             spec,
             limit,
-            tag=f"{algo.name}-{spec.size}",
+            tag=f"{algo.name}-{spec.size}" + (f"-{repeat}" if repeat > 1 else ""),
             progress=lambda line: say(line, flush=True),
             every=every,
         )
+        run.repeat = repeat
         ok = sum(o.returncode == 0 for o in run.outcomes)
+        again = f" (run {repeat})" if repeat > 1 else ""
         say(
-            f"  {algo.name} x {spec.size:,}: {ok}/{len(run.outcomes)} workers done in "
+            f"  {algo.name} x {spec.size:,}{again}: {ok}/{len(run.outcomes)} workers done in "
             f"{run.wall:.1f} s",
             flush=True,
         )
@@ -560,6 +637,10 @@ def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row,
         verdict=verdict,
         problems=run.crashed + problems,
         facts=run.facts,
+        usage=run.usage,
+        drops=run.drops,
+        queue_drops=run.queue_drops,
+        repeat=run.repeat,
     )
     return row, verdict, how
 
@@ -673,6 +754,67 @@ def choose(
     return chosen, skipped
 
 
+def links_text(bw: float | str | None, node_ports: str, direct: bool, *, auto: bool = False) -> str:
+    """How the links are shaped, for the first line and the plot's title."""
+    text = ""
+    if bw == AUTO:
+        text = ", links auto (measured first)"
+    elif bw:
+        text = f", links {bw:g} Mbit/s" + (" (auto)" if auto else "")
+    if direct:
+        text += f", node ports {node_ports}"
+        if bw and node_ports == "all":
+            text += " (a node's host link: --bw x its network ports)"
+    return text
+
+
+def bw_scales(topo: Topology, node_ports: str) -> list[float | None]:
+    """Each link's rate in units of `--bw` (`link_shaping`: a torus or mesh node's host link
+    under node model `all` is its network ports' together), None for a link with a bw option
+    of its own (`--bw` does not set it)."""
+    unit = link_shaping(topo, 1.0, node_ports)
+    own = [link_params(lk, None, i).get("bw") for i, lk in enumerate(topo.links)]
+    return [None if o is not None else p.get("bw") for o, p in zip(own, unit, strict=True)]
+
+
+def probe_bw(
+    topo: Topology,
+    run: RunDir,
+    options: NetOptions,
+    program: Path | None,
+    plan: list[tuple[Algorithm, RunSpec]],
+    scales: list[float | None],
+    args: argparse.Namespace,
+    say: Any,
+) -> tuple[BwChoice, list[Capacity]]:
+    """`--bw auto`: every algorithm of `plan` once on the same network unshaped (its own
+    network, logs under probe/), each run's capacity (`accounting.capacity`: the rate its
+    busiest link reached, in units of --bw) and the rate chosen from them
+    (`accounting.choose_bw`). ScenarioError if no run finished."""
+    probe = RunDir.make(run.root / "probe")
+    unshaped = dataclasses.replace(options, bw=None, pcap=False)
+    with Scenario(topo, probe, unshaped, program=program) as sc:
+        sc.program()
+        runs = run_algorithms(sc, plan, args.limit, say, args.progress)
+    caps = []
+    for r in runs:
+        if r.crashed or any(o.returncode != 0 for o in r.outcomes):
+            say(f"--bw auto: {r.algo.name}'s unshaped run failed (logs in {probe.logs})")
+            continue
+        seconds, _ = completion(r.outcomes)
+        ways = []
+        for u, k in zip(r.links, scales, strict=True):
+            ways += [(f"{u.a} -> {u.b}", u.a_to_b, k), (f"{u.b} -> {u.a}", u.b_to_a, k)]
+        c = capacity(r.algo.name, r.spec.size, seconds, ways)
+        if c is not None:
+            caps.append(c)
+    most = MAX_BW / max((k for k in scales if k), default=1.0)
+    try:
+        return choose_bw(caps, most=most), caps
+    except ValueError as exc:
+        raise ScenarioError(f"--bw auto: {exc}") from None
+
+
 def run_scenario(args: argparse.Namespace) -> int:
     say = print
     sizes: list[int] = args.sizes or [args.size or parse_size("256K")]
@@ -694,7 +836,10 @@ def run_scenario(args: argparse.Namespace) -> int:
                 f"{len(workers)} workers x {max(sizes):,} elements is more than "
                 f"{arg.MAX_ELEMENTS:,} (1 GiB of float32): the results are checked on this machine"
             )
-        bandwidths = [p.get("bw") for p in link_shaping(topo, args.bw, args.node_ports)]
+        auto = args.bw == AUTO
+        scales = bw_scales(topo, args.node_ports)
+        bw: float | None = None if auto else args.bw
+        bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]
         debian.ensure(install=not args.no_install)
         if args.pcap and args.switch == "softswitch" and shutil.which("tcpdump") is None:
             if args.no_install:
@@ -721,11 +866,11 @@ def run_scenario(args: argparse.Namespace) -> int:
             timeout=args.timeout,
         )
 
-    plan = [(algo, spec_for(size)) for size in sizes for algo in algos]
+    plan = [(algo, spec_for(n)) for n in sizes for _ in range(args.repeat) for algo in algos]
     single = len(plan) == 1
     options = NetOptions(
         switch=args.switch,
-        bw=args.bw,
+        bw=bw,
         node_ports=args.node_ports,
         pcap=args.pcap,
         bmv2_log_level=args.bmv2_log_level,
@@ -742,23 +887,25 @@ def run_scenario(args: argparse.Namespace) -> int:
         "size": sizes[0],
         "sizes": sizes,
         "codec": args.codec,
-        "bw_mbit": args.bw,
+        "bw_mbit": bw,
+        "bw_auto": None,
         "node_ports": args.node_ports,
         "loss": args.loss,
+        "repeat": args.repeat,
         "run_id": plan[0][1].run_id,
         "run_dir": str(run.root),
+        "accounting_rule": RULE,
     }
-    shaped = f", links {args.bw:g} Mbit/s" if args.bw else ""
-    if any(sw.role in DIRECT_ROLES for sw in topo.switches.values()):
-        shaped += f", node ports {args.node_ports}"
-        if args.bw and args.node_ports == "all":
-            shaped += " (a node's host link: --bw x its network ports)"
+    direct = any(sw.role in DIRECT_ROLES for sw in topo.switches.values())
+    shaped = links_text(args.bw, args.node_ports, direct)
     if single:
         what = f"algo {algos[0].name}, {len(workers)} workers x {sizes[0]:,} {args.codec} "
         what += f"elements ({_fmt_bytes(4 * sizes[0])}){shaped}; run {plan[0][1].run_id}"
     else:
         what = f"algorithms {', '.join(a.name for a in algos)}; {len(workers)} workers x "
         what += " / ".join(f"{n:,}" for n in sizes) + f" {args.codec} elements{shaped}"
+        if args.repeat > 1:
+            what += f"; {args.repeat} runs of each"
     say(
         f"inaemu mininet: {label} ({len(topo.switches)} switches, {len(topo.hosts)} hosts) on "
         f"{args.switch}, {what}",
@@ -771,6 +918,31 @@ def run_scenario(args: argparse.Namespace) -> int:
     # a signal ignored from the start (e.g. SIGINT of `cmd &` in a script) stays ignored
     old = {s: signal.signal(s, _stop_on) for s in stops if signal.getsignal(s) != signal.SIG_IGN}
     try:
+        if auto:
+            probe = min(max(sizes), PROBE_SIZE)
+            say(
+                f"--bw auto: first every algorithm once at {probe:,} elements on unshaped "
+                "links, to measure what the emulator carries here",
+                flush=True,
+            )
+            probe_plan = [(a, spec_for(probe)) for a in algos]
+            choice, caps = probe_bw(topo, run, options, program, probe_plan, scales, args, say)
+            bw = choice.bw
+            options = dataclasses.replace(options, bw=bw)
+            bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]
+            shaped = links_text(bw, args.node_ports, direct, auto=True)
+            summary.update(
+                bw_mbit=bw,
+                bw_auto={
+                    "chosen_mbit": bw,
+                    "margin": choice.margin,
+                    "probe_size": probe,
+                    "capacities": [asdict(c) for c in caps],
+                    "slowest": choice.slowest.algo,
+                    "reason": choice.reason,
+                },
+            )
+            say(f"--bw auto: {choice.reason}", flush=True)
         with Scenario(topo, run, options, program=program) as sc:
             switches = ", ".join(f"{n} {sc.net[n].grpc}" for n in topo.switches)
             say(f"network up in {sc.timings['network']:.1f} s: {switches}", flush=True)
@@ -855,6 +1027,7 @@ def run_scenario(args: argparse.Namespace) -> int:
         if single
         else [f"{r.algo} x {r.size:,}: {p}" for r in rows for p in r.problems],
         rows=details,
+        points=[p.to_json() for p in points(rows)],
         timings=sc.timings,
         network=sc.record,
         capture_missed=capture_missed,
@@ -904,6 +1077,14 @@ def report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, sa
     say("switch counters (inaemu stats):")
     for line in run.stats.rstrip().splitlines():
         say(f"  {line}")
+    for line in usage_lines(run.usage):
+        say(line)
+    if row.floor_seconds is not None:
+        say(
+            f"link floor: {row.floor_seconds:.3f} s (the busiest link's bytes at its rate; "
+            f"completion {row.seconds / row.floor_seconds:.2f}x)"
+        )
+    say(f"bound by {row.bound_by}: {row.bound_reason}")
     if row.problems:
         say(f"FAILED: {len(row.problems)} problem(s):")
         for p in row.problems:
@@ -921,19 +1102,42 @@ def report_single(run: AlgoRun, row: Row, how: str, args: argparse.Namespace, sa
         )
 
 
+def usage_lines(usage: Usage | None) -> list[str]:
+    """The CPU of a run's processes and of the machine, as the report prints it."""
+    if usage is None:
+        return []
+    each = ", ".join(
+        f"{p.name} {p.busy:.0%}" for p in sorted(usage.processes, key=lambda p: -p.busy)
+    )
+    machine = "-" if usage.machine_busy is None else f"{usage.machine_busy:.0%}"
+    return [
+        f"CPU over the completion window ({usage.window:.3f} s), share of one core: {each}; "
+        f"the machine's {usage.cores} cores {machine} busy"
+    ]
+
+
 def report_comparison(
     rows: list[Row], run: RunDir, args: argparse.Namespace, say: Any, *, title: str
 ) -> None:
     """Several runs: one table, what its columns count, the plot, the problems."""
+    repeated = any(len(g) > 1 for g in groups(rows))
     for line in render_comparison(rows):
         say(line)
     say(
         "bytes: Ethernet frames counted by the kernel on each link's root-namespace interface "
         "(Mininet's veths), from the workers' start to their exit; host sent: its link towards "
-        "the switch; per link: both ways, mean over the links; load: the busiest link "
-        "direction's bytes / what its bandwidth carries in the completion time; max |error|: "
-        "against the float64 sum of the inputs"
+        "the switch; floor: the time the busiest link direction's bytes need at its rate; "
+        "load: floor / completion time; busiest process: the switch or worker process that "
+        "used the most of a core over the completion window; machine: all its cores, "
+        "anybody's work; bound: what bounded the time (links, emulator, unclear: docs/"
+        "mininet.md); max |error|: against the float64 sum of the inputs"
+        + ("; with --repeat: the median run, min-max of the times" if repeated else "")
     )
+    notes = bound_notes(rows)
+    if notes:
+        say("not bound by the links:")
+        for line in notes:
+            say(line)
     if len(args.sizes or []) > 1:
         try:
             path = plot_completion(rows, run.root / "completion.png", title=title)

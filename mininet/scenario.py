@@ -215,6 +215,14 @@ def counted_end(link: Link) -> tuple[str, int]:
     return link.a, link.a_port
 
 
+def link_ends(link: Link) -> tuple[str, str]:
+    """The names of a link's ends in `LinkUse` and the table: a host by its name, a switch's
+    end as switch:port ("h1", "s1:1")."""
+    a = link.a if link.a_port is None else f"{link.a}:{link.a_port}"
+    b = link.b if link.b_port is None else f"{link.b}:{link.b_port}"
+    return a, b
+
+
 def switch_ports(topo: Topology, switch: str) -> list[int]:
     """The ports of `switch` that links use."""
     ports = [lk.a_port for lk in topo.links if lk.a == switch and lk.a_port is not None]
@@ -596,8 +604,7 @@ class Scenario:
         topo = self.topology
         for lk in topo.links:
             sw, port = counted_end(lk)
-            a = lk.a if lk.a_port is None else f"{lk.a}:{lk.a_port}"
-            b = lk.b if lk.b_port is None else f"{lk.b}:{lk.b_port}"
+            a, b = link_ends(lk)
             yield lk, a, b, interface_name(sw, port), (sw, port) == (lk.b, lk.b_port)
 
     def link_counters(self) -> list[LinkUse]:
@@ -614,6 +621,29 @@ class Scenario:
             use.shaping = shaping(ifname)
             uses.append(use)
         return uses
+
+    def shaped_switches(self) -> set[str]:
+        """The switches all of whose links are shaped (a bandwidth, `link_shaping`)."""
+        shaping = link_shaping(self.topology, self.options.bw, self.options.node_ports)
+        out = set(self.topology.switches)
+        for lk, params in zip(self.topology.links, shaping, strict=True):
+            if not params.get("bw"):
+                out -= {lk.a, lk.b}
+        return out
+
+    def queue_drops(self) -> dict[str, int]:
+        """Per switch, the frames its interfaces' queues (tc's root qdiscs: a shaped link's
+        buffer) dropped so far (`accounting.root_qdisc_drops`)."""
+        from inaemu.mininet.accounting import root_qdisc_drops
+
+        if shutil.which("tc") is None:
+            return {}
+        out = subprocess.run(["tc", "-s", "qdisc", "show"], capture_output=True, text=True)
+        drops = root_qdisc_drops(out.stdout)
+        return {
+            sw: sum(drops.get(interface_name(sw, p), 0) for p in switch_ports(self.topology, sw))
+            for sw in self.topology.switches
+        }
 
 
 def link_delta(before: list[LinkUse], after: list[LinkUse]) -> list[LinkUse]:

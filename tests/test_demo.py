@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -173,18 +174,22 @@ def test_bad_topology_options_are_refused(args: tuple[str, ...], message: str) -
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
-def _rows(out: str) -> dict[str, str]:
-    """The comparison table's rows by algorithm."""
+def _table(out: str) -> list[str]:
+    """The comparison table's lines after its header, up to the notes under it."""
     lines = out.split("  algorithm ", 1)[1].splitlines()[1:]
-    return {
-        line.split()[0]: line for line in lines if line.startswith("  ") and "MB/host" not in line
-    }
+    return lines[: next(i for i, ln in enumerate(lines) if ln.startswith("  MB/host out:"))]
 
 
-def test_compare_on_a_star_runs_every_algorithm() -> None:
+def _rows(out: str) -> dict[str, str]:
+    """The comparison table's rows by algorithm (one size, one run each)."""
+    return {ln.split()[0]: ln for ln in _table(out)}
+
+
+def test_compare_on_a_star_runs_every_algorithm(tmp_path: Path) -> None:
     """`--algo all` without a topology: a star of the workers; INA and every host collective
     that runs on a star, each verified bit for bit; hdrm skipped with its reason."""
-    proc = run("demo", "--algo", "all", "--workers", "4", "--size", "20000", "--no-progress")
+    proc = run("demo", "--algo", "all", "--workers", "4", "--size", "20000", "--no-progress",
+               "--run-dir", str(tmp_path))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "star:4: 1 switches (1 root), 4 workers x 20,000 float32, codec fixedpoint" in out
@@ -194,34 +199,91 @@ def test_compare_on_a_star_runs_every_algorithm() -> None:
     for algo in ("ina", "ring", "hd", "multitree", "ps"):
         assert rows[algo].endswith("bit-exact, within bound"), rows[algo]
     assert "skipped: hdrm does not run on a star topology" in rows["hdrm"]
-    assert rows["ring"].split()[1] == "6"  # 2 (N - 1) steps
-    assert rows["ps"].split()[1] == "2"  # push, pull
+    assert rows["ring"].split()[1:3] == ["20,000", "6"]  # size, 2 (N - 1) steps
+    assert rows["ps"].split()[2] == "2"  # push, pull
+    assert f"run dir: {tmp_path} (summary.json, logs/)" in out
 
 
-def test_compare_on_a_leaf_spine_with_loss() -> None:
+def test_compare_on_a_leaf_spine_with_loss(tmp_path: Path) -> None:
     """Four switches, routes between leaves through the spines, 1% loss on every port: every
     algorithm recovers and is verified; traffic crossed the spines."""
     proc = run(
         "demo", "--topo", "leaf-spine:2x2x2", "--algo", "ina,ring,hd,multitree",
-        "--size", "20000", "--loss", "0.01", "--no-progress", timeout=120,
+        "--size", "20000", "--loss", "0.01", "--no-progress", "--run-dir", str(tmp_path),
+        timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _rows(proc.stdout)
     assert list(rows) == ["ina", "ring", "hd", "multitree"]
     for row in rows.values():
         assert row.endswith("bit-exact, within bound"), row
-        assert float(row.split()[4]) > 0  # MB on all links
+        assert float(row.split()[5]) > 0  # MB on all links
 
 
-def test_compare_hdrm_on_a_bigraph() -> None:
+def test_compare_hdrm_on_a_bigraph(tmp_path: Path) -> None:
     """HDRM's schedule on BiGraph(2, 4), eight workers on four switches, verified."""
     proc = run(
         "demo", "--topo", "bigraph:2x4", "--algo", "hdrm", "--size", "10000",
-        "--no-progress", timeout=120,
+        "--no-progress", "--run-dir", str(tmp_path), timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _rows(proc.stdout)
-    assert rows["hdrm"].endswith("bit-exact, within bound") and rows["hdrm"].split()[1] == "6"
+    assert rows["hdrm"].endswith("bit-exact, within bound") and rows["hdrm"].split()[2] == "6"
+
+
+def test_compare_accounts_for_every_run_at_every_size(tmp_path: Path) -> None:
+    """`--sizes` and `--repeat`: every algorithm at each size twice; summary.json has each
+    run's bottleneck accounting (CPU of the switch and every worker, the machine, the port
+    drops, each link) and each point's median and spread; embedded links have no rate, so
+    every run is emulator-bound, the reason naming the busiest process; completion.png."""
+    proc = run(
+        "demo", "--algo", "ina,ring", "--workers", "3", "--sizes", "16K,32K", "--repeat", "2",
+        "--no-progress", "--run-dir", str(tmp_path), timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "3 workers x 16,384 / 32,768 float32" in out and "2 runs of each" in out
+    header = out.split("  algorithm ", 1)[1].splitlines()[0]
+    assert "min-max s" in header and "busiest process" in header and "bound" in header
+    table = [ln.split() for ln in _table(out)]
+    assert [r[:2] for r in table] == [["ina", "16,384"], ["ring", "16,384"],
+                                      ["ina", "32,768"], ["ring", "32,768"]]  # fmt: skip
+    assert "ina x 16K: links unshaped: only the emulator bounds the time; " in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["sizes"] == [16384, 32768] and summary["repeat"] == 2 and summary["verified"]
+    assert "emulator: links unshaped" in summary["accounting_rule"]
+    rows = summary["rows"]
+    assert [(r["algo"], r["size"], r["repeat"]) for r in rows] == [
+        (a, n, k) for n in (16384, 32768) for k in (1, 2) for a in ("ina", "ring")
+    ]
+    for r in rows:
+        assert r["verified"] and r["emulator_bound"] is True and r["bound_by"] == "emulator"
+        assert r["floor_seconds"] is None and r["bound_reason"].startswith("links unshaped")
+        usage = r["accounting"]["usage"]
+        assert sorted(p["name"] for p in usage["processes"]) == ["h1", "h2", "h3", "s1"]
+        assert {p["kind"] for p in usage["processes"]} == {"softswitch", "worker"}
+        assert all(p["busy"] >= 0 and p["cpu_seconds"] >= 0 for p in usage["processes"])
+        assert usage["window"] == pytest.approx(r["seconds"]) and usage["cores"] >= 1
+        assert 0 <= usage["machine_busy"] <= 1
+        assert set(r["accounting"]["port_drops"]) == {"s1"}
+        assert {x["link"] for x in r["accounting"]["links"]} == set(r["links"])
+    points = summary["points"]
+    assert [(p["algo"], p["size"], p["runs"], len(p["seconds"])) for p in points] == [
+        ("ina", 16384, 2, 2), ("ring", 16384, 2, 2), ("ina", 32768, 2, 2), ("ring", 32768, 2, 2)
+    ]  # fmt: skip
+    for p in points:
+        assert p["min_seconds"] <= p["median_seconds"] <= p["max_seconds"]
+        assert p["emulator_bound"] == 2 and p["floor_seconds"] is None
+    assert (tmp_path / "completion.png").read_bytes()[:4] == b"\x89PNG"
+    assert summary["plot"] == str(tmp_path / "completion.png")
+    assert (tmp_path / "logs" / "s1.log").exists()
+
+
+def test_compare_options_need_algo() -> None:
+    for argv in (("--sizes", "1K,2K"), ("--repeat", "2")):
+        proc = run("demo", *argv)
+        assert proc.returncode == 1 and "are for the comparison (--algo)" in proc.stderr
+        assert proc.stderr.count("\n") == 1
 
 
 def test_compare_refuses_an_unknown_algorithm() -> None:
@@ -231,12 +293,12 @@ def test_compare_refuses_an_unknown_algorithm() -> None:
     assert "--algo 'ring,nope': use a comma-separated list of ina, ring" in proc.stderr
 
 
-def test_compare_names_the_peer_that_was_late() -> None:
+def test_compare_names_the_peer_that_was_late(tmp_path: Path) -> None:
     """A wait too short for a host collective's message: one line naming the rank and the
     peer it waited for, no traceback, everything stopped."""
     proc = run(
         "demo", "--algo", "ring", "--workers", "3", "--size", "400000", "--timeout", "0.001",
-        "--no-progress",
+        "--no-progress", "--run-dir", str(tmp_path),
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -292,23 +354,26 @@ def _listening(port: int) -> bool:
         return False
 
 
+# a comparison on three switches; RUN: a run dir in the test's tmp_path
+COMPARE_TOPO = (
+    "--topo",
+    "leaf-spine:2x1x2",
+    "--algo",
+    "ina,ring",
+    "--run-dir",
+    "RUN",
+    "--size",
+    "5000000",
+)  # fmt: skip (the size last: the test runs it again smaller)
+
+
 @pytest.mark.parametrize(
     ("demo", "workers", "switches", "sig"),
     [
         (("--workers", "2", "--size", "20000000"), 2, 1, signal.SIGTERM),
         (("--workers", "2", "--size", "20000000"), 2, 1, signal.SIGKILL),
-        (
-            ("--topo", "leaf-spine:2x1x2", "--algo", "ina,ring", "--size", "5000000"),
-            4,
-            3,
-            signal.SIGTERM,
-        ),
-        (
-            ("--topo", "leaf-spine:2x1x2", "--algo", "ina,ring", "--size", "5000000"),
-            4,
-            3,
-            signal.SIGKILL,
-        ),
+        (COMPARE_TOPO, 4, 3, signal.SIGTERM),
+        (COMPARE_TOPO, 4, 3, signal.SIGKILL),
     ],
     ids=[
         "one-switch-SIGTERM",
@@ -325,6 +390,7 @@ def test_a_terminated_demo_leaves_nothing_running(
     it started is left, its gRPC port is free, and the next demo on the same wire dir runs."""
     wires = tmp_path / "wires"
     grpc = ["--grpc-port", str(port := _free_port())] if switches == 1 else []
+    demo = tuple(str(tmp_path / "run") if a == "RUN" else a for a in demo)
     argv = [*INAEMU, "demo", *demo, *grpc, "--wire-dir", str(wires), "--no-progress"]
     # output to files: a pipe would stay open as long as any child holds it
     log = (tmp_path / "demo.log").open("w+")

@@ -26,32 +26,43 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inaemu.collectives.algorithms import algorithm as collective
+from inaemu.collectives.check import step_bytes
+from inaemu.collectives.routes import FlowRoutes
 from inaemu.controller.topology import Topology, from_spec, star
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
+from inaemu.mininet.accounting import ProcessUse, Usage, two_digits_down
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.compare import (
     CHECKS,
     TABLE_HEADER,
+    Point,
     Verdict,
+    bound_notes,
     check_results,
+    completion_figure,
     error_bound,
     make_row,
     plot_completion,
+    points,
     render_table,
+    size_label,
 )
 from inaemu.mininet.run import (
     AlgoRun,
     WorkerOutcome,
     algo_names,
+    bw_scales,
     choose,
+    links_text,
     main,
     parse_sizes,
     report_comparison,
     row_of,
     truth,
 )
-from inaemu.mininet.scenario import LinkUse, RunDir
+from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
 from tests.test_mininet import assert_removed, mininet, mininet_ready  # noqa: F401 (fixture)
 
 STAR4 = ("h1", "h2", "h3", "h4")
@@ -205,6 +216,8 @@ def test_algorithm_lists() -> None:
 def test_sizes() -> None:
     assert parse_sizes("256K,1M,4M") == [256 << 10, 1 << 20, 4 << 20]
     assert parse_sizes("1000") == [1000]
+    for typed in ("64K", "1M", "100000", "3K", "256M", "1536K"):
+        assert size_label(parse_sizes(typed)[0]) == typed
     for bad in ("1K,1K", "1K,", "1K,x"):
         with pytest.raises(Exception, match=r"twice|bad size"):
             parse_sizes(bad)
@@ -219,6 +232,8 @@ def test_sizes() -> None:
         (["--algo", "ina,gloo", "--codec", "inceptionn"], "does not run codec inceptionn"),
         (["--sizes", "1K,1K"], "a size is named twice"),
         (["--size", "1K", "--sizes", "2K,4K"], "not allowed with argument"),
+        (["--bw", "fast"], "bad bandwidth 'fast': Mbit/s, e.g. 20, or auto"),
+        (["--repeat", "0"], "--repeat"),
     ],
 )
 def test_argument_errors_are_one_line_and_exit_2(
@@ -351,9 +366,12 @@ def test_a_row_counts_hosts_links_and_the_busiest_link() -> None:
     assert len(lines) == 3
     for word in TABLE_HEADER[:4]:
         assert word in lines[0]
-    assert lines[1].split()[:4] == ["ring", "4,096", "bound", "0.008"]
+    assert "min-max s" not in lines[0]  # one run each
+    assert lines[1].split()[:5] == ["ring", "4,096", "bound", "0.008", "0.005"]  # floor
     assert "60 %" in lines[1] and "1.00e-07" in lines[1]
-    assert "FAILED" in lines[2] and lines[2].split()[-2:] == ["-", "-"]
+    assert "FAILED" in lines[2] and lines[2].split()[-2:] == ["emulator", "-"]  # unshaped
+    assert row.floor_seconds == pytest.approx(6000 * 8 / 10e6)
+    assert unshaped.floor_seconds is None and unshaped.emulator_bound
 
 
 def test_the_completion_plot_is_a_png(tmp_path: Path) -> None:
@@ -374,6 +392,178 @@ def test_the_completion_plot_is_a_png(tmp_path: Path) -> None:
     ]
     path = plot_completion(rows, tmp_path / "completion.png", title="star:4")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def busy(machine: float, **cores: float) -> Usage:
+    procs = [ProcessUse(n, "softswitch" if n.startswith("s") else "worker", 10 + i, c, c, c)
+             for i, (n, c) in enumerate(cores.items())]  # fmt: skip
+    return Usage(1.0, 2, machine, procs)
+
+
+def test_a_row_says_what_bounded_it_and_keeps_the_numbers() -> None:
+    """The floor from the busiest direction at its rate; a softswitch at 97 % of a core while
+    that link ran at a third of its rate: emulator-bound, and the row keeps the CPU of every
+    process, the machine, the drops and every direction's load for summary.json."""
+    links = [LinkUse("h1", "s1:1", "s1-eth1", 2_500_000, 2_500_000),
+             LinkUse("h2", "s1:2", "s1-eth2", 1_000_000, 2_500_000)]  # fmt: skip
+    common = dict(uses=links, bandwidths=[20.0, 20.0], hosts=("h1", "h2"), verdict=Verdict())
+    row = make_row("ina", 1 << 20, "int32", "exact", seconds=3.0, **common,  # type: ignore[arg-type]
+                   usage=busy(0.7, s1=0.97, h1=0.2), drops={"s1": {"tx_dropped": 0}})  # fmt: skip
+    assert row.floor_seconds == pytest.approx(2_500_000 * 8 / 20e6)  # 1 s
+    assert (row.bound_by, row.emulator_bound) == ("emulator", True)
+    assert row.bound_reason.startswith("s1 (softswitch) 97% of a core; busiest link h1 -> s1:1")
+    data = json.loads(json.dumps(row.to_json()))
+    assert data["emulator_bound"] is True and data["floor_seconds"] == pytest.approx(1.0)
+    acct = data["accounting"]
+    assert [p["name"] for p in acct["usage"]["processes"]] == ["s1", "h1"]
+    assert acct["usage"]["machine_busy"] == 0.7 and acct["usage"]["cores"] == 2
+    assert acct["port_drops"] == {"s1": {"tx_dropped": 0}}
+    assert [(x["link"], round(x["load"], 3)) for x in acct["links"]] == [
+        ("h1 -> s1:1", 0.333), ("s1:1 -> h1", 0.333), ("h2 -> s1:2", 0.133), ("s1:2 -> h2", 0.333)
+    ]  # fmt: skip
+    fast = make_row("ina", 1 << 20, "int32", "exact", seconds=1.1, **common,  # type: ignore[arg-type]
+                    usage=busy(0.7, s1=0.97))  # fmt: skip
+    assert fast.bound_by == "links" and not fast.emulator_bound
+
+
+def rows_of(seconds: list[float], size: int = 4096, algo: str = "ina") -> list[Any]:
+    """One row per run of `algo` at `size`; the runs at 0.5 s and over are emulator-bound (a
+    saturated switch), the others links-bound (floor 0.1 s)."""
+    links = [LinkUse("h1", "s1:1", "s1-eth1", 250_000, 250_000)]
+    out = []
+    for i, t in enumerate(seconds):
+        use = busy(0.5, s1=0.95 if t >= 0.5 else 0.3)
+        out.append(make_row(algo, size, "int32", "exact", seconds=t, uses=links,
+                            bandwidths=[20.0], hosts=("h1",), verdict=Verdict(max_abs_error=0.0),
+                            usage=use, repeat=i + 1))  # fmt: skip
+    return out
+
+
+def test_repeated_runs_are_one_line_with_their_median_and_spread() -> None:
+    rows = rows_of([0.13, 0.11, 0.6]) + rows_of([0.12, 0.14], size=8192, algo="ring")
+    failed = rows_of([0.01])[0]
+    failed.verified, failed.problems, failed.repeat = False, ["h1 (rank 0): exit 1"], 4
+    rows.insert(3, failed)
+    pts = points(rows)
+    assert [(p.algo, p.size, p.runs) for p in pts] == [("ina", 4096, 4), ("ring", 8192, 2)]
+    ina = pts[0]
+    assert ina.seconds == [0.13, 0.11, 0.6]  # the failed run is no point of the plot
+    assert (ina.median, ina.low, ina.high, ina.emulator_bound) == (0.13, 0.11, 0.6, 1)
+    assert ina.floor == pytest.approx(0.1) and pts[1].median == pytest.approx(0.13)
+    assert json.loads(json.dumps(ina.to_json()))["median_seconds"] == 0.13
+    lines = render_table(rows)
+    assert len(lines) == 3 and "min-max s" in lines[0]
+    ina_line, ring_line = lines[1].split(), lines[2].split()
+    assert ina_line[:6] == ["ina", "4,096", "FAILED", "0.130", "0.110-0.600", "0.100"]
+    assert "emulator 1/4" in lines[1] and ring_line[-2] == "links"
+    assert ring_line[3:5] == ["0.130", "0.120-0.140"]
+    notes = bound_notes(rows)
+    assert len(notes) == 1 and notes[0].startswith("  ina x 4K: emulator-bound (1 of 4 runs): s1")
+
+
+def test_the_plot_is_log_log_at_the_sizes_given_with_spread_floors_and_marks() -> None:
+    """Read back from the figure: log axes, x ticks exactly at the sizes labelled as given,
+    no minor ticks, every y tick labelled and inside the axis, each algorithm's median,
+    min-max bar and dashed floor, the emulator-bound points hollow, a legend entry each."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgba
+
+    sizes = [64 << 10, 100_000, 1 << 20]
+    pts = [Point("ina", n, 3, [n * 3e-6, n * 2e-6, n * 4e-6], [n * 1e-6] * 3,
+                 3 if n > 70_000 else 0) for n in sizes]  # fmt: skip
+    pts += [Point("ring", n, 3, [n * 1.5e-6], [n * 1.2e-6], 0) for n in sizes]
+    fig = completion_figure(pts, title="star:4")
+    try:
+        (ax,) = fig.axes
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+        assert [round(x) for x in ax.get_xticks()] == sizes
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["64K", "100000", "1M"]
+        assert len(ax.xaxis.get_minorticklocs()) == len(ax.yaxis.get_minorticklocs()) == 0
+        lo, hi = ax.get_ylim()
+        yticks = list(ax.get_yticks())
+        assert len(yticks) >= 2 and all(lo <= y <= hi for y in yticks)
+        assert all(t.get_text() for t in ax.get_yticklabels())  # no empty tick
+        assert lo <= min(p.low for p in pts) and max(p.high for p in pts) <= hi
+        dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+        assert sorted(tuple(ln.get_ydata()) for ln in dashed) == sorted(
+            [tuple(n * 1e-6 for n in sizes), tuple(n * 1.2e-6 for n in sizes)]
+        )
+        markers = [
+            ln for ln in ax.get_lines() if ln.get_marker() == "o" and len(ln.get_xdata()) == 1
+        ]
+        hollow = sorted(
+            ln.get_ydata()[0] for ln in markers if to_rgba(ln.get_markerfacecolor()) == (1, 1, 1, 1)
+        )
+        assert hollow == pytest.approx([100_000 * 3e-6, (1 << 20) * 3e-6])  # ina's marked ones
+        bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+        spans = sorted((round(seg[0][1], 9), round(seg[1][1], 9))
+                       for c in bars for seg in c.get_segments())  # fmt: skip
+        assert spans == sorted((round(n * 2e-6, 9), round(n * 4e-6, 9)) for n in sizes)
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend[:2] == ["ina", "ring"]
+        assert any(t.startswith("link floor") for t in legend)
+        assert any(t.startswith("emulator-bound") for t in legend)
+        assert "median of up to 3 runs, bar min-max" in legend
+    finally:
+        plt.close(fig)
+    unshaped = completion_figure([Point("ina", 1024, 1, [0.5], [], 1)])
+    try:
+        assert "links unshaped: no link floor" in unshaped.axes[0].get_title()
+        assert [t.get_text() for t in unshaped.axes[0].get_xticklabels()] == ["1K"]
+    finally:
+        plt.close(unshaped)
+
+
+@pytest.mark.parametrize(
+    ("spec", "node_ports", "algo"),
+    [
+        ("star:4", "all", "ring"),
+        ("leaf-spine:2x2x2", "all", "hd"),
+        ("torus:3x3", "all", "multitree"),
+        ("torus:3x3", "1", "ring"),
+        ("mesh:3x3", "all", "ring"),
+    ],
+)
+def test_the_floor_is_what_the_checkers_bytes_need_at_the_shaped_rates(
+    spec: str, node_ports: str, algo: str
+) -> None:
+    """A row of links that carried exactly the checker's bytes (`check.step_bytes`, every
+    step), shaped as Mininet shapes them (`link_shaping`), has the floor the checker's model
+    gives: the most time any directed link's bytes need at its capacity (`FlowRoutes.capacity`:
+    a torus node's host link under `all` is its 4 network ports wide)."""
+    topo = from_spec(spec)
+    hosts = tuple(topo.hosts)
+    sched = collective(algo).schedule_among(topo, hosts, node_ports=node_ports)
+    routes = FlowRoutes(topo, node_ports)
+    carried: dict[tuple[str, str], int] = {}
+    for step in step_bytes(sched, routes, 4 * 10_000):
+        for link, nbytes in step.items():
+            carried[link] = carried.get(link, 0) + nbytes
+    uses = []
+    for lk in topo.links:
+        a, b = link_ends(lk)
+        uses.append(LinkUse(a, b, "-", carried.get((lk.a, lk.b), 0), carried.get((lk.b, lk.a), 0)))
+    bw = 10.0
+    shaping = [p["bw"] for p in link_shaping(topo, bw, node_ports)]
+    row = make_row(algo, 10_000, "int32", "exact", seconds=1.0, uses=uses, bandwidths=shaping,
+                   hosts=hosts, verdict=Verdict())  # fmt: skip
+    model = max(n / (routes.capacity(lk) * bw * 1e6 / 8) for lk, n in carried.items())
+    assert row.floor_seconds == pytest.approx(model)
+    assert sum(carried.values()) == row.link_bytes_total  # every byte found its link
+
+
+def test_bw_auto_counts_each_link_in_units_of_bw() -> None:
+    torus = from_spec("torus:3x3")
+    host = [i for i, lk in enumerate(torus.links) if lk.a_port is None or lk.b_port is None]
+    scales = bw_scales(torus, "all")
+    assert {scales[i] for i in host} == {4.0} and set(bw_scales(torus, "1")) == {1.0}
+    assert {s for i, s in enumerate(scales) if i not in host} == {1.0}
+    torus.links[0] = dataclasses.replace(torus.links[0], options="bw=5")
+    assert bw_scales(torus, "all")[0] is None  # its own rate: --bw does not set it
+    assert links_text("auto", "all", False) == ", links auto (measured first)"
+    assert links_text(13.0, "all", False, auto=True) == ", links 13 Mbit/s (auto)"
+    assert links_text(None, "1", True) == ", node ports 1"
 
 
 def test_the_report_prints_the_table_plots_several_sizes_and_lists_problems(
@@ -431,10 +621,10 @@ def test_a_run_with_a_failed_worker_and_a_wrong_result_is_a_failed_row(tmp_path:
 # ---------------------------------------------------------------------- the scenario (root)
 
 
-def star_named(switch: str) -> Topology:
-    """star(4) with its switch called `switch`: its interfaces (`<switch>-eth<port>`) clash
-    with no other Mininet scenario running on the machine at the same time."""
-    topo = star(4)
+def star_named(switch: str, hosts: int = 4) -> Topology:
+    """star(hosts) with its switch called `switch`: its interfaces (`<switch>-eth<port>`)
+    clash with no other Mininet scenario running on the machine at the same time."""
+    topo = star(hosts)
     topo.switches = {switch: dataclasses.replace(topo.switches["s1"], name=switch)}
     topo.links = [dataclasses.replace(lk, b=switch) for lk in topo.links]
     return topo.validate()
@@ -468,6 +658,10 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
         assert row["host_sent_max"] >= row["host_sent_mean"] >= least, (name, row)
         assert 0 < row["busiest_share"] < 1.5, row
         assert len(row["links"]) == 4 and len(row["worker_reports"]) == 4
+        assert row["floor_seconds"] == pytest.approx(row["busiest_bytes"] * 8 / 100e6)
+        assert row["bound_by"] in ("links", "emulator", "unclear") and row["bound_reason"]
+        usage = row["accounting"]["usage"]
+        assert {p["name"] for p in usage["processes"]} == {"cmp1", "h1", "h2", "h3", "h4"}
         logs = run / "logs" / f"{name}-{size}"
         assert sorted(p.name for p in logs.glob("*.json")) == [f"h{i}.json" for i in range(1, 5)]
     schedules = sorted(p.name for p in (run / "build").glob("schedule-*.json"))
@@ -477,3 +671,41 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
     assert not list((run / "build" / "results").rglob("*.npy"))  # verified: removed
     assert "verified: every run (7)" in proc.stdout
     assert_removed(run)
+
+
+@pytest.mark.usefixtures("mininet_ready")
+def test_bw_auto_repeats_and_sizes_on_a_star_of_three(tmp_path: Path) -> None:
+    """`--bw auto`: an unshaped run of each algorithm first (its own network, under probe/),
+    the links set to half the slowest one's busiest-link rate, said and recorded; then every
+    algorithm twice at each size, each run with its accounting, each point its median and
+    spread, the plot; nothing of either network left."""
+    star_named("cmp2", 3).save(tmp_path / "star3.json")
+    run = tmp_path / "run"
+    proc = mininet(run, "-t", str(tmp_path / "star3.json"), "--algo", "ina,ring",
+                   "--sizes", "16K,32K", "--repeat", "2", "--bw", "auto", timeout=150)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    auto = summary["bw_auto"]
+    caps = {c["algo"]: c["mbit"] for c in auto["capacities"]}
+    assert sorted(caps) == ["ina", "ring"] and auto["probe_size"] == 32 << 10
+    assert summary["bw_mbit"] == auto["chosen_mbit"] == two_digits_down(0.5 * min(caps.values()))
+    assert f"--bw auto: {auto['reason']}" in proc.stdout
+    assert f"links set to {summary['bw_mbit']:g} Mbit/s, 50% of it" in auto["reason"]
+    rows = summary["rows"]
+    assert [(r["algo"], r["size"], r["repeat"]) for r in rows] == [
+        (a, n, k) for n in (16 << 10, 32 << 10) for k in (1, 2) for a in ("ina", "ring")
+    ]
+    for r in rows:
+        assert r["verified"] and r["floor_seconds"] > 0
+        assert r["emulator_bound"] == (r["bound_by"] == "emulator") and r["bound_reason"]
+        acct = r["accounting"]
+        assert {p["name"] for p in acct["usage"]["processes"]} == {"cmp2", "h1", "h2", "h3"}
+        assert 0 <= acct["usage"]["machine_busy"] <= 1
+        assert set(acct["port_drops"]) == {"cmp2"}
+        assert {x["mbit"] for x in acct["links"]} == {summary["bw_mbit"]}
+    assert [(p["algo"], p["runs"], len(p["seconds"])) for p in summary["points"]] == [
+        ("ina", 2, 2), ("ring", 2, 2), ("ina", 2, 2), ("ring", 2, 2)
+    ]  # fmt: skip
+    assert "min-max s" in proc.stdout and (run / "completion.png").stat().st_size > 5000
+    assert_removed(run)
+    assert_removed(run / "probe")
