@@ -62,14 +62,15 @@ def bound(runs: list[DemoRun], cores: int) -> str:
     """What the median run of a data plane was bound by (the module doc)."""
     run = sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
     switch = run.switch_cpu / run.seconds
-    total = (run.switch_cpu + sum(run.workers_cpu)) / run.seconds
+    workers = sum(run.workers_cpu) / run.seconds
+    shares = f"the switch {switch:.0%} of a core, the workers {workers:.1f} cores"
     if switch >= BUSY:
-        return f"the switch's data plane (its thread busy {switch:.0%} of the allreduce)"
-    if total >= BUSY * cores:
-        return f"the hosts' CPU ({total:.1f} of {cores} cores busy with the switch and workers)"
+        return f"the switch's data plane, its one thread ({shares})"
+    if switch + workers >= BUSY * cores:
+        return f"the hosts' CPU: {cores} cores busy ({shares})"
     return (
-        f"waiting: the processes used {total:.1f} of {cores} cores (round trips, timers, "
-        "other programs)"
+        f"round trips between processes sharing {cores} cores, {switch + workers:.1f} of them "
+        f"busy ({shares})"
     )
 
 

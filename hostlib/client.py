@@ -53,7 +53,7 @@ import numpy.typing as npt
 
 from inaemu.hostlib import kernels
 from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
-from inaemu.hostlib.transport import Transport
+from inaemu.hostlib.transport import FramedTransport, Transport, framed
 from inaemu.hostlib.wire import (
     FRAME_BYTES,
     INA_BYTES,
@@ -80,6 +80,12 @@ SMALL_BATCH = 8  # batches up to this size are matched record by record, larger 
 _HEADER = struct.Struct(">BBHBBHHI")  # the INA header (wire.INA_FIELDS_DTYPE without lanes)
 assert _HEADER.size == INA_HEADER_BYTES
 _RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
+_NO_HEAD = np.zeros(0, np.uint8)
+
+
+def _record_offsets(n: int) -> npt.NDArray[np.int64]:
+    """Where each of n INA records back to back starts."""
+    return np.arange(n, dtype=np.int64) * INA_BYTES
 
 
 class InaError(RuntimeError):
@@ -482,11 +488,18 @@ class InaClient:
         n_chunks = -(-n // K)
         first = self.next_chunk
         self.next_chunk += n_chunks
-        payloads = self._payloads(flat, first, n_chunks, opcode, run)
+        frames = None
+        through = framed(self.transport) if self.compiled else None
+        if through is not None:
+            frames, payloads = self._frames(through, flat, first, n_chunks, opcode, run)
+        else:
+            payloads = self._payloads(flat, first, n_chunks, opcode, run)
         result = np.empty((n_chunks, K), dtype=np.int32)
         overflow = np.zeros(n_chunks, dtype=np.bool_)
         try:
-            _Exchange(self, payloads, first, result, overflow).run()
+            exchange = _Exchange(self, payloads, first, result, overflow)
+            exchange.frames, exchange.framed = frames, through
+            exchange.run()
         finally:
             self._note_state()
         mask = np.repeat(overflow, K)[:n]
@@ -502,6 +515,7 @@ class InaClient:
             kernels.pack_chunks(
                 flat,
                 raw,
+                _NO_HEAD,
                 first,
                 self.window,
                 self.n_trees,
@@ -527,6 +541,34 @@ class InaClient:
             values=padded.reshape(n_chunks, K),
             lanes=lanes,
         )
+
+    def _frames(
+        self,
+        transport: FramedTransport,
+        flat: Int32Array,
+        first: int,
+        n_chunks: int,
+        opcode: Opcode,
+        run: int,
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.void]]:
+        """`_payloads` as a framed `transport` sends them, each behind its head: (the frames,
+        one per row, and the payloads in them)."""
+        head = transport.head
+        frames = np.empty((n_chunks, len(head) + INA_BYTES), np.uint8)
+        kernels.pack_chunks(
+            flat,
+            frames,
+            head,
+            first,
+            self.window,
+            self.n_trees,
+            run,
+            int(opcode),
+            self.job_id,
+            INA_VERSION << 4,
+        )
+        payloads = frames[:, len(head) :].view(INA_DTYPE).reshape(-1)
+        return frames, payloads
 
     def _note_state(self) -> None:
         st, rtt = self.stats, self.rtt
@@ -603,6 +645,9 @@ class _Exchange:
         # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT], a batch's RTT
         # samples and matches (grown to the largest batch)
         self.rtt_state = np.zeros(4, dtype=np.float64)
+        # with a framed transport, the frames it sends as they are (`_frames`)
+        self.frames: npt.NDArray[np.uint8] | None = None
+        self.framed: FramedTransport | None = None
         self.rtts = np.empty(0, dtype=np.float64)
         self.chunks = np.empty(0, dtype=np.int64)
 
@@ -612,12 +657,17 @@ class _Exchange:
         """Send chunks `idx`: retransmissions (an index array) with RETX, or the next new
         chunks (a slice)."""
         c, st = self.c, self.c.stats
-        batch = self.payloads[idx]
-        count = len(batch)
-        if retx:
-            batch = batch.copy()
-            batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
-        c.transport.send(batch)
+        if self.framed is not None and self.frames is not None and not retx:
+            assert isinstance(idx, slice)
+            count = idx.stop - idx.start
+            self.framed.send_framed(self.frames[idx])
+        else:
+            batch = self.payloads[idx]
+            count = len(batch)
+            if retx:
+                batch = batch.copy()
+                batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
+            c.transport.send(batch)
         now = c.clock()
         if retx or not c.compiled:
             self.sent_at[idx] = now
@@ -744,11 +794,16 @@ class _Exchange:
 
     def take(self, got: npt.NDArray[np.void], now: float) -> None:
         """A batch of received records: results complete their chunks."""
-        c, st = self.c, self.c.stats
         if got.dtype != INA_DTYPE:  # e.g. concatenated: numpy makes the fields native
             got = got.astype(INA_DTYPE)
-        if c.compiled and self.take_compiled(got, now):
+        if self.c.compiled and self.take_compiled(got, now):
             return
+        self.take_reference(got, now)
+
+    def take_reference(self, got: npt.NDArray[np.void], now: float) -> None:
+        """`take` without the compiled pass: in numpy for a large batch of first results,
+        else record by record."""
+        c, st = self.c, self.c.stats
         if len(got) > SMALL_BATCH:
             matched = self.match_many(got)
             if self.take_first_results(got, matched, now):
@@ -850,8 +905,26 @@ class _Exchange:
         """`take_first_results` in one compiled pass (`kernels.take_results`), matching
         included: the same changes for a batch in which every result is the first for a chunk
         in flight. False, with nothing changed, for any other batch."""
+        raw = np.ascontiguousarray(got).view(np.uint8).reshape(-1)
+        return self.take_at(raw, _record_offsets(len(got)), now)
+
+    def take_frames(
+        self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], now: float
+    ) -> None:
+        """`take` for records where a framed transport received them: record j at
+        buf[offsets[j]:]. The compiled pass takes them in place; a batch it declines is
+        copied out and taken by the reference paths."""
+        if not self.take_at(buf, offsets, now):
+            got = np.empty((len(offsets), INA_BYTES), np.uint8)
+            kernels.copy_rows(buf, offsets, got)
+            self.take_reference(got.view(INA_DTYPE).reshape(-1), now)
+
+    def take_at(
+        self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], now: float
+    ) -> bool:
+        """`take_compiled` for the records at buf[offsets[j]:]."""
         c, st, rtt = self.c, self.c.stats, self.c.rtt
-        n = len(got)
+        n = len(offsets)
         if len(self.chunks) < n:
             self.chunks = np.empty(n, dtype=np.int64)
             self.rtts = np.empty(n, dtype=np.float64)
@@ -863,8 +936,7 @@ class _Exchange:
         limited = 2 * self.in_flight >= c.cc.allowed
         assert c.run is not None
         status, n_new, n_over, n_rtts, base = kernels.take_results(
-            np.ascontiguousarray(got).view(np.uint8).reshape(n, INA_BYTES),
-            c.job_id, c.run, c.window, self.first & SEQ_CHUNK_MASK, self.slot_latest,
+            buf, offsets, c.job_id, c.run, c.window, self.first & SEQ_CHUNK_MASK, self.slot_latest,
             self.done, self.deadline, self.retries, self.sent_at, self.result, self.overflow,
             self.answered_once, now, self.base, self.next_new,
             state, rtt.ALPHA / scale, rtt.BETA / scale, self.rtts, self.chunks,
@@ -1006,6 +1078,7 @@ class _Exchange:
 
     def run(self) -> None:
         c = self.c
+        framed = self.framed
         self.fill()
         while self.remaining:
             soonest = (
@@ -1017,10 +1090,18 @@ class _Exchange:
                 quiet_at = self.last_result_at + self.hold()
                 if quiet_at > now:
                     wake = min(wake, quiet_at)
-            got = c.transport.recv(min(max(wake - now, 0.0), MAX_WAIT))
-            now = c.clock()
-            if len(got):
-                self.take(got, now)
+            timeout = min(max(wake - now, 0.0), MAX_WAIT)
+            if framed is not None:  # the records where they arrived
+                buf, offsets = framed.recv_offsets(timeout)
+                now, got_any = c.clock(), len(offsets) > 0
+                if got_any:
+                    self.take_frames(buf, offsets, now)
+            else:
+                got = c.transport.recv(timeout)
+                now, got_any = c.clock(), len(got) > 0
+                if got_any:
+                    self.take(got, now)
+            if got_any:
                 if not self.remaining:
                     break
                 if self.in_flight:

@@ -11,8 +11,8 @@ two against each other, state for state and bit for bit):
   in place, the RTT samples through RFC 6298's recursion, the window's base
   (`_Exchange.take_first_results` and the record loop of `_Exchange.take`);
 - `sent_new`: the bookkeeping of new chunks just sent (`_Exchange.transmit`);
-- `frame_records`, `gather_payloads`: frames onto a loopback wire's stream and INA payloads
-  out of received frames (`transport.ina_payloads`).
+- `frame_records`, `payload_offsets`, `copy_rows`: frames onto a loopback wire's stream, and
+  the INA payloads of received frames found and copied out (`transport.ina_payloads`).
 
 Records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets come from
 that dtype. No fastmath: the RTT recursion must round as Python's floats do.
@@ -82,6 +82,7 @@ def _put16(r: Any, at: int, v: int) -> None:
 def pack_chunks(
     values: Any,
     out: Any,
+    head: Any,
     first: int,
     window: int,
     n_trees: int,
@@ -90,15 +91,19 @@ def pack_chunks(
     job_id: int,
     ver_flags: int,
 ) -> None:
-    """out[i] (INA_BYTES uint8) = the payload of chunk first + i: `values` (flat int32) cut
-    into K lanes per chunk, the last one zero-padded, in slot (first + i) mod window of set
-    ((first + i) div window) mod 2 and tree slot mod n_trees, seq = run << 16 | chunk mod
+    """out[i] = `head`, then the payload of chunk first + i (INA_BYTES): `values` (flat int32)
+    cut into K lanes per chunk, the last one zero-padded, in slot (first + i) mod window of
+    set ((first + i) div window) mod 2 and tree slot mod n_trees, seq = run << 16 | chunk mod
     2^16, contrib 1, lanes the chunk's element count."""
     n_values = values.size
+    h = head.size
     for i in range(out.shape[0]):
         c = first + i
         index = c % window
-        r = out[i]
+        row = out[i]
+        for b in range(h):
+            row[b] = head[b]
+        r = row[h:]
         r[VER_FLAGS] = ver_flags
         r[OPCODE] = opcode
         _put16(r, JOB, job_id)
@@ -124,18 +129,23 @@ def pack_chunks(
 
 
 @_jit
-def _match(r: Any, job_id: int, run: int, window: int, first16: int, slot_latest: Any) -> int:
-    """The chunk record r is a result of (`_Exchange.match`), -1 if none."""
-    job = (np.int64(r[JOB]) << 8) | r[JOB + 1]
-    if job != job_id or not r[VER_FLAGS] & RESULT:
+def _u16(buf: Any, at: int) -> Any:
+    return (np.int64(buf[at]) << 8) | np.int64(buf[at + 1])
+
+
+@_jit
+def _match(
+    buf: Any, at: int, job_id: int, run: int, window: int, first16: int, slot_latest: Any
+) -> int:
+    """The chunk the record at buf[at:] is a result of (`_Exchange.match`), -1 if none."""
+    if _u16(buf, at + JOB) != job_id or not buf[at + VER_FLAGS] & RESULT:
         return -1
-    seq_hi = (np.int64(r[SEQ]) << 8) | r[SEQ + 1]
-    if seq_hi != run:
+    if _u16(buf, at + SEQ) != run:
         return -1
-    index = ((np.int64(r[SLOT]) << 8) | r[SLOT + 1]) & SLOT_INDEX_MASK
+    index = _u16(buf, at + SLOT) & SLOT_INDEX_MASK
     if index >= window:
         return -1
-    count16 = (np.int64(r[SEQ + 2]) << 8) | r[SEQ + 3]
+    count16 = _u16(buf, at + SEQ + 2)
     last = slot_latest[index]
     if last >= 0 and (first16 + last) & SEQ_CHUNK_MASK == count16:
         return int(last)
@@ -146,7 +156,8 @@ def _match(r: Any, job_id: int, run: int, window: int, first16: int, slot_latest
 
 @_jit
 def take_results(
-    recs: Any,
+    buf: Any,
+    offsets: Any,
     job_id: int,
     run: int,
     window: int,
@@ -168,8 +179,8 @@ def take_results(
     rtts: Any,
     chunks: Any,
 ) -> tuple[int, int, int, int, int]:
-    """A batch of received records (n x INA_BYTES uint8): (status, new results, overflowed
-    ones, RTT samples, the window's base after them).
+    """A batch of received records (record j at buf[offsets[j]:], INA_BYTES): (status, new
+    results, overflowed ones, RTT samples, the window's base after them).
 
     DECLINED, with nothing changed, unless every record is either not a result of this
     operation (`_match`: -1) or the first result of a different chunk in flight (not done,
@@ -179,10 +190,10 @@ def take_results(
     `rtt` = [has SRTT, SRTT, RTTVAR, min RTT] with gains alpha, beta
     (`RttEstimator.sample_many`), and raises its tree's `answered_once`; the base moves past
     the done chunks below `next_new`. `chunks`: room for the matches, one per record."""
-    n = recs.shape[0]
+    n = offsets.size
     n_trees = answered_once.size
     for j in range(n):
-        i = _match(recs[j], job_id, run, window, first16, slot_latest)
+        i = _match(buf, offsets[j], job_id, run, window, first16, slot_latest)
         chunks[j] = i
         if i >= 0 and (done[i] or deadline[i] == np.inf):  # a duplicate, or presumed lost
             for k in range(j):
@@ -198,7 +209,7 @@ def take_results(
         if i < 0:
             continue
         n_new += 1
-        r = recs[j]
+        r = buf[offsets[j] : offsets[j] + INA_BYTES]
         row = result[i]
         for lane in range(K):
             at = VALUES + 4 * lane
@@ -273,12 +284,12 @@ def frame_records(payloads: Any, head: Any, out: Any) -> None:
 
 
 @_jit
-def gather_payloads(
+def payload_offsets(
     buf: Any, offsets: Any, lengths: Any, min_length: int, skip: int, check: bool, out: Any
 ) -> int:
-    """Copy the INA payloads of the frames buf[offsets[i]:][:lengths[i]] at least `min_length`
-    long (and, with `check`, IPv4/UDP) into the rows of `out`, in order: the INA_BYTES from
-    byte `skip` of each. How many rows were written."""
+    """Where the INA payloads start (byte `skip` of each frame) of the frames
+    buf[offsets[i]:][:lengths[i]] at least `min_length` long and, with `check`, IPv4/UDP: into
+    `out`, in order; how many."""
     n = 0
     for i in range(offsets.size):
         if lengths[i] < min_length:
@@ -290,12 +301,19 @@ def gather_payloads(
             or buf[at + IP_PROTO] != IP_PROTO_UDP
         ):
             continue
-        row = out[n]
-        src = at + skip
-        for b in range(row.size):
-            row[b] = buf[src + b]
+        out[n] = at + skip
         n += 1
     return n
+
+
+@_jit
+def copy_rows(buf: Any, offsets: Any, out: Any) -> None:
+    """out[j] = a row's width of bytes from buf[offsets[j]]."""
+    for j in range(offsets.size):
+        row = out[j]
+        src = offsets[j]
+        for b in range(row.size):
+            row[b] = buf[src + b]
 
 
 def warm_up() -> float:
@@ -303,17 +321,20 @@ def warm_up() -> float:
     numba; the seconds it took."""
     started = time.perf_counter()
     recs = np.zeros((1, INA_BYTES), np.uint8)
-    pack_chunks(np.zeros(1, np.int32), recs, 0, 1, 1, 0, 0, 0, 0)
+    head = np.zeros(2 + INA_OFFSET, np.uint8)
+    for out, h in ((recs, head[:0]), (np.zeros((1, head.size + INA_BYTES), np.uint8), head)):
+        pack_chunks(np.zeros(1, np.int32), out, h, 0, 1, 1, 0, 0, 0, 0)
     flags = np.zeros(1, np.bool_)
     times = np.zeros(1, np.float64)
     ints = np.zeros(1, np.int64)
     take_results(
-        recs, 0, 0, 1, 0, ints.copy(), flags, times.copy(), np.zeros(1, np.int32), times,
-        np.zeros((1, K), np.int32), flags.copy(), ints.copy(), 0.0, 0, 0,
-        np.zeros(4), 0.1, 0.1, times.copy(), ints.copy(),
+        recs.reshape(-1), ints, 0, 0, 1, 0, ints.copy(), flags, times.copy(),
+        np.zeros(1, np.int32), times, np.zeros((1, K), np.int32), flags.copy(), ints.copy(),
+        0.0, 0, 0, np.zeros(4), 0.1, 0.1, times.copy(), ints.copy(),
     )  # fmt: skip
     sent_new(times, ints, times.copy(), ints.copy(), 0, 0, 0, 0.0, 0.0, 0)
     frames = np.zeros(FRAME_BYTES + 2, np.uint8)
-    frame_records(recs, np.zeros(2 + INA_OFFSET, np.uint8), frames)
-    gather_payloads(frames, ints, ints, FRAME_BYTES, INA_OFFSET, True, recs)
+    frame_records(recs, head, frames)
+    payload_offsets(frames, ints, ints, FRAME_BYTES, INA_OFFSET, True, ints.copy())
+    copy_rows(frames, ints, recs)
     return time.perf_counter() - started

@@ -22,7 +22,7 @@ import errno
 import os
 import select
 import socket
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +55,7 @@ UDP_SLOT = 512  # bytes of a receive slot (an INA payload is 270)
 _IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 SOCKET_BUFFER = 8 << 20
 _RECORD = RECORD_HEADER + FRAME_BYTES  # one INA frame on a wire's stream
+_NONE = np.zeros(0, np.int64)
 _HEAD = FRAME_BYTES.to_bytes(RECORD_HEADER, "little")
 
 
@@ -71,6 +72,24 @@ class Transport(Protocol):
     def send(self, payloads: npt.NDArray[np.void]) -> None: ...
     def recv(self, timeout: float) -> npt.NDArray[np.void]: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class FramedTransport(Transport, Protocol):
+    """A transport whose sends and receives the client can do in place: it sends frames the
+    client built (`head`, the bytes it puts in front of every payload, then the payload) as
+    they are, and tells where the payloads it received are instead of copying them out."""
+
+    head: npt.NDArray[np.uint8]
+
+    def send_framed(self, frames: npt.NDArray[np.uint8]) -> None:
+        """Send frames, one per row (`head` then an INA payload), in order."""
+        ...
+
+    def recv_offsets(self, timeout: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Wait at most `timeout` for frames; (a buffer, where each INA payload received
+        starts in it). The buffer is overwritten by the next receive."""
+        ...
 
 
 def _udp_socket(bind: tuple[str, int], what: str) -> socket.socket:
@@ -91,6 +110,21 @@ def _udp_socket(bind: tuple[str, int], what: str) -> socket.socket:
 def _wait_readable(sock: socket.socket, timeout: float) -> bool:
     readable, _, _ = select.select([sock], [], [], max(timeout, 0.0))
     return bool(readable)
+
+
+def framed(transport: Transport) -> FramedTransport | None:
+    """`transport` if the client may send and receive through its framed methods: it has
+    them, and its `send` and `recv` are those of the class that defines them (a subclass that
+    overrides `send` or `recv`, to drop or duplicate frames say, is used through those)."""
+    if not isinstance(transport, FramedTransport):
+        return None
+    cls = type(transport)
+    owner = next((k for k in cls.__mro__ if "recv_offsets" in vars(k)), None)
+    if owner is None or "recv" in vars(transport) or "send" in vars(transport):
+        return None
+    if any(getattr(cls, name) is not getattr(owner, name) for name in ("recv", "send")):
+        return None
+    return transport
 
 
 class LoopbackWireTransport(WireEnd):
@@ -124,9 +158,11 @@ class LoopbackWireTransport(WireEnd):
         host = host or Endpoint(f"02:00:00:00:00:{switch_port & 0xFF:02x}", f"10.0.0.{switch_port}")
         switch = switch or Endpoint("02:00:00:00:00:fe", "10.0.0.254")
         self.prefix = FrameTemplate(host, switch).prefix()
-        self._head = np.frombuffer(_HEAD + self.prefix, np.uint8)  # in front of each payload
+        # in front of each payload on the stream: the record's length, the frame's headers
+        self.head = np.frombuffer(_HEAD + self.prefix, np.uint8).copy()
         self._ends = _steps(READ_BYTES // _RECORD, _RECORD, _RECORD)  # where records end
         self._rx: npt.NDArray[np.uint8] = np.empty(READ_BYTES, np.uint8)
+        self._at = np.empty(READ_BYTES // FRAME_BYTES + 1, np.int64)  # payloads received
         self.frames_sent = 0
         self.frames_received = 0
         self.connect()
@@ -135,23 +171,42 @@ class LoopbackWireTransport(WireEnd):
         n = len(payloads)
         if n == 0:
             return
-        records = np.empty(n * _RECORD, np.uint8)  # a new one: the queue may keep a view
-        kernels.frame_records(_rows(payloads), self._head, records)
+        records = np.empty((n, _RECORD), np.uint8)  # a new one: the queue may keep a view
+        kernels.frame_records(_rows(payloads), self.head, records.reshape(-1))
+        self.send_framed(records)
+
+    def send_framed(self, frames: npt.NDArray[np.uint8]) -> None:
+        """Records (`head` then a payload, one per row) onto the stream; whatever cannot go
+        out now or be queued is dropped and counted (`tx_dropped`)."""
+        n = len(frames)
+        if n == 0:
+            return
         ends = self._ends[:n] if n <= len(self._ends) else _steps(n, _RECORD, _RECORD)
-        self.write(records.data, ends)
+        self.write(frames.reshape(-1).data, ends)  # the queue may keep a view: never changed
         self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
+        buf, offsets = self.recv_offsets(timeout)
+        return _copy_out(buf, offsets)
+
+    def recv_offsets(self, timeout: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Wait at most `timeout`, read every frame that arrived; (the read buffer, where the
+        INA payload of each frame long enough and IPv4/UDP starts in it)."""
         if not self.wait(timeout):
-            return np.empty(0, dtype=INA_DTYPE)
+            return self._rx, _NONE
         offsets, lengths, _, _ = self.read(self._rx, 0, len(self._rx))
-        out = np.empty((len(offsets), INA_BYTES), np.uint8)
-        count = kernels.gather_payloads(
-            self._rx, offsets, lengths, FRAME_BYTES, INA_OFFSET, True, out
+        count = kernels.payload_offsets(
+            self._rx, offsets, lengths, FRAME_BYTES, INA_OFFSET, True, self._at
         )
-        payloads = out[:count].view(INA_DTYPE).reshape(-1)
         self.frames_received += count
-        return payloads
+        return self._rx, self._at[:count]
+
+
+def _copy_out(buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
+    """The INA records at buf[offsets[j]:], copied into one array."""
+    out = np.empty((len(offsets), INA_BYTES), np.uint8)
+    kernels.copy_rows(buf, offsets, out)
+    return out.view(INA_DTYPE).reshape(-1)
 
 
 def _rows(payloads: npt.NDArray[np.void]) -> npt.NDArray[np.uint8]:
@@ -209,15 +264,21 @@ class UdpTransport:
         self.sock = _udp_socket((local_ip, port), "the INA UDP socket")
         self._mmsg = Mmsg(RECV_BATCH, UDP_SLOT, name=sockaddr_in(switch_ip, port))
         self._slots = _steps(RECV_BATCH, UDP_SLOT)  # where each receive slot starts
+        self._at = np.empty(RECV_BATCH, np.int64)  # payloads received
         self._offsets = _steps(0, INA_BYTES)  # where each payload of a send starts
         self._lengths = np.zeros(0, np.int64)
+        self.head = np.zeros(0, np.uint8)  # the kernel adds Ethernet/IPv4/UDP
         self.counts = IoCounts()
         self.frames_sent = 0
         self.frames_received = 0
 
     def send(self, payloads: npt.NDArray[np.void]) -> None:
-        n = len(payloads)
-        buf = _rows(payloads).reshape(-1)
+        self.send_framed(_rows(payloads))
+
+    def send_framed(self, frames: npt.NDArray[np.uint8]) -> None:
+        """Datagrams, one per row (an INA payload: `head` is empty), in order."""
+        n = len(frames)
+        buf = np.ascontiguousarray(frames).reshape(-1)
         if len(self._offsets) < n:
             self._offsets = _steps(n, INA_BYTES)
             self._lengths = np.full(n, INA_BYTES, np.int64)
@@ -235,22 +296,27 @@ class UdpTransport:
         self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
+        buf, offsets = self.recv_offsets(timeout)
+        return _copy_out(buf, offsets)
+
+    def recv_offsets(self, timeout: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Wait at most `timeout`, take up to RECV_BATCH datagrams; (the receive slots, where
+        each datagram long enough to be an INA payload starts in them)."""
+        buf = self._mmsg.buf
         if not _wait_readable(self.sock, timeout):
-            return np.empty(0, dtype=INA_DTYPE)
+            return buf, _NONE
         try:
             n = self._mmsg.recv(self.sock.fileno())
         except ConnectionRefusedError:
             n = 0
         self.counts.rx_calls += 1
         self.counts.rx_frames += n
-        out = np.empty((n, INA_BYTES), np.uint8)
         lengths = self._mmsg.lengths[:n].astype(np.int64)
-        count = kernels.gather_payloads(
-            self._mmsg.buf, self._slots[:n], lengths, INA_BYTES, 0, False, out
+        count = kernels.payload_offsets(
+            buf, self._slots[:n], lengths, INA_BYTES, 0, False, self._at
         )
-        payloads = out[:count].view(INA_DTYPE).reshape(-1)
         self.frames_received += count
-        return payloads
+        return buf, self._at[:count]
 
     def close(self) -> None:
         self.sock.close()

@@ -5,15 +5,17 @@ exchange's state, for any batch; a whole exchange behaves the same either way.""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inaemu.hostlib import kernels
 from inaemu.hostlib.client import InaClient, _Exchange
-from inaemu.hostlib.loopback import RECORD_HEADER, split_records
-from inaemu.hostlib.transport import ina_payloads
+from inaemu.hostlib.loopback import RECORD_HEADER, WireDir, split_records
+from inaemu.hostlib.transport import LoopbackWireTransport, framed, ina_payloads
 from inaemu.hostlib.wire import (
     FRAME_BYTES,
     INA_BYTES,
@@ -62,6 +64,12 @@ def test_compiled_payloads_are_the_reference_bytes(
         out[compiled] = c._payloads(flat, first, n_chunks, opcode, run)
     assert out[True].dtype == out[False].dtype == INA_DTYPE
     assert out[True].tobytes() == out[False].tobytes()
+    sim = FramedSim(1)
+    framed = InaClient(sim, job_id=job, window=window, n_trees=trees, run=run)
+    frames, payloads = framed._frames(sim, flat, first, n_chunks, opcode, run)
+    assert payloads.tobytes() == out[False].tobytes()
+    assert (frames[:, : len(HEAD)] == HEAD).all()
+    assert frames[:, len(HEAD) :].tobytes() == out[False].tobytes()
 
 
 # ---------------------------------------------------------------------- a batch of results
@@ -166,6 +174,30 @@ def test_new_chunks_compiled_bookkeeping_is_the_reference(
 
 # ---------------------------------------------------------------------- a whole exchange
 
+HEAD = np.arange(7, dtype=np.uint8) + 200  # what FramedSim puts in front of a payload
+
+
+class FramedSim(SimSwitch):
+    """The simulated switch as a framed transport: frames with HEAD in front of each
+    payload, results handed over where they lie in a buffer with junk between them."""
+
+    head = HEAD
+    framed_sends = 0
+
+    def send_framed(self, frames: npt.NDArray[np.uint8]) -> None:
+        assert (frames[:, : len(HEAD)] == HEAD).all()
+        self.framed_sends += 1
+        self.send(np.ascontiguousarray(frames[:, len(HEAD) :]).view(INA_DTYPE).reshape(-1))
+
+    def recv_offsets(self, timeout: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        got = self.recv(timeout)
+        step = INA_BYTES + 5
+        buf = np.full(len(got) * step + 3, 0xEE, np.uint8)
+        offsets = np.arange(len(got), dtype=np.int64) * step + 3
+        for j, rec in enumerate(got):
+            buf[offsets[j] : offsets[j] + INA_BYTES] = np.frombuffer(rec.tobytes(), np.uint8)
+        return buf, offsets
+
 
 @settings(max_examples=40, deadline=None)
 @given(
@@ -180,21 +212,25 @@ def test_a_whole_exchange_is_the_same_compiled_or_not(
     window: int, n_chunks: int, loss: float, buffer: int, seed: int, fixed: bool
 ) -> None:
     """Against the simulated switch (a fake clock): the same packets at the same times, the
-    same results, counters, timer and window, with the kernels or without."""
+    same results, counters, timer and window, without the kernels, with them, and with them
+    on a framed transport (frames sent as built, results taken where they arrived)."""
     runs = []
     x = np.random.default_rng(seed).integers(-1000, 1000, n_chunks * K, dtype=np.int32)
-    for compiled in (True, False):
-        sim = SimSwitch(window, buffer=buffer, loss=loss, seed=seed)
+    for compiled, kind in ((False, SimSwitch), (True, SimSwitch), (True, FramedSim)):
+        sim = kind(window, buffer=buffer, loss=loss, seed=seed)
         client = sim_client(sim, congestion_control=not fixed, max_retries=200, compiled=compiled)
         out, over = client.allreduce_int32(x)
         runs.append((out, over, sim, client))
-    (out_a, over_a, sim_a, a), (out_b, over_b, sim_b, b) = runs
-    assert np.array_equal(out_a, out_b) and np.array_equal(over_a, over_b)
-    assert sim_a.copies == sim_b.copies and sim_a.delivered == sim_b.delivered
-    assert sim_a.now == sim_b.now
-    assert dataclasses.asdict(a.stats) == dataclasses.asdict(b.stats)
-    assert dataclasses.asdict(a.rtt) == dataclasses.asdict(b.rtt)
-    assert dataclasses.asdict(a.cc) == dataclasses.asdict(b.cc)
+    out_a, over_a, sim_a, a = runs[0]
+    for out_b, over_b, sim_b, b in runs[1:]:
+        assert np.array_equal(out_a, out_b) and np.array_equal(over_a, over_b)
+        assert sim_a.copies == sim_b.copies and sim_a.delivered == sim_b.delivered
+        assert sim_a.now == sim_b.now
+        assert dataclasses.asdict(a.stats) == dataclasses.asdict(b.stats)
+        assert dataclasses.asdict(a.rtt) == dataclasses.asdict(b.rtt)
+        assert dataclasses.asdict(a.cc) == dataclasses.asdict(b.cc)
+    framed = runs[2][2]
+    assert isinstance(framed, FramedSim) and framed.framed_sends > 0  # the framed path ran
 
 
 # ---------------------------------------------------------------------- transports
@@ -213,8 +249,8 @@ FRAME = st.tuples(
 def test_gathered_payloads_are_the_reference_ones(
     frames: list[tuple[int, bool, bool, int]],
 ) -> None:
-    """Frames on a wire's stream, some short, long, not IPv4 or not UDP: the compiled gather
-    takes the payloads `ina_payloads` takes, byte for byte."""
+    """Frames on a wire's stream, some short, long, not IPv4 or not UDP: the compiled pass
+    finds the payloads `ina_payloads` takes, byte for byte."""
     parts = []
     for length, ipv4, udp, seed in frames:
         frame = np.random.default_rng(seed).integers(0, 256, length, dtype=np.uint8)
@@ -228,9 +264,11 @@ def test_gathered_payloads_are_the_reference_ones(
     offsets, lengths, end = split_records(buf, 0, len(data))
     assert end == len(data)
     want = ina_payloads(buf, offsets, lengths)
-    out = np.empty((len(offsets), INA_BYTES), np.uint8)
-    n = kernels.gather_payloads(buf, offsets, lengths, FRAME_BYTES, INA_OFFSET, True, out)
-    assert out[:n].tobytes() == want.tobytes()
+    at = np.empty(len(offsets), np.int64)
+    n = kernels.payload_offsets(buf, offsets, lengths, FRAME_BYTES, INA_OFFSET, True, at)
+    out = np.empty((n, INA_BYTES), np.uint8)
+    kernels.copy_rows(buf, at[:n], out)
+    assert out.tobytes() == want.tobytes()
 
 
 @given(st.integers(0, 40), st.integers(0, 2**32 - 1))
@@ -251,3 +289,22 @@ def test_framed_records_are_the_frames_pack_frames_builds(n: int, seed: int) -> 
         for f in pack_frames(template, payloads)
     )
     assert out.tobytes() == want
+
+
+def test_a_transport_whose_receive_is_overridden_is_not_used_framed(tmp_path: Path) -> None:
+    """The client takes the framed path only through the methods that define it: a subclass
+    that changes what `recv` or `send` do (duplicates, drops) is used through those."""
+
+    class Duplicating(LoopbackWireTransport):
+        def recv(self, timeout: float) -> npt.NDArray[np.void]:
+            got = super().recv(timeout)
+            return np.concatenate([got, got])
+
+    wires = WireDir(tmp_path / "wires")
+    plain, odd = LoopbackWireTransport(1, wires), Duplicating(2, wires)
+    try:
+        assert framed(plain) is plain and framed(odd) is None
+        assert framed(SimSwitch(1)) is None and framed(FramedSim(1)) is not None
+    finally:
+        plain.close()
+        odd.close()
