@@ -5,6 +5,7 @@ and tells how much CPU they used between two wall-clock times.
     with CpuSampler("inaemu.softswitch") as cpu:
         ...                                  # start the switch, run the workload
     seconds = cpu.used(start, end)          # summed over the matching processes
+    first, last = cpu.span()                # when matching processes were seen
 
 Per-thread run times come from /proc/PID/task/TID/schedstat (nanoseconds), summed over a
 process's threads; between samples (every `period` seconds) the time is interpolated.
@@ -94,6 +95,13 @@ class CpuSampler:
                     if cpu is not None:
                         self.samples.setdefault(pid, []).append((now, cpu))
             self._stop.wait(self.period)
+
+    def span(self) -> tuple[float, float]:
+        """The wall-clock times of the first and the last sample of a matching process."""
+        times = [w for series in self.samples.values() for w, _ in series]
+        if not times:
+            raise ValueError(f"no process matching {self.needle!r} was seen")
+        return min(times), max(times)
 
     def used(self, start: float, end: float) -> float:
         """CPU seconds the matching processes used between wall-clock times start and end."""
