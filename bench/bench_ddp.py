@@ -117,7 +117,7 @@ def bound(iteration_ms: float, allreduce_ms: float, switch_ms: float) -> str:
     if share < 0.5:
         return f"the model's compute (the allreduce {share:.0%} of the iteration)"
     if busy >= 0.8:
-        return f"the switch's data plane (busy {busy:.0%} of the allreduce)"
+        return f"the switch's data plane (its CPU per iteration {busy:.0%} of the allreduce's time)"
     return (
         f"round trips between the processes sharing the cores (the allreduce {share:.0%} of "
         f"the iteration, the switch busy {busy:.0%} of it)"
