@@ -49,8 +49,8 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.hostlib import args as arg
-from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
-from inaemu.hostlib.codecs import CODECS, make_codec, warm_up
+from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError, warm_up
+from inaemu.hostlib.codecs import CODECS, make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
 from inaemu.hostlib.transport import TransportError, UdpTransport
 from inaemu.hostlib.wire import mac_bytes
