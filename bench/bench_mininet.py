@@ -2,7 +2,8 @@
 per worker comes to M * 8 / bw, per topology and switch kind (root).
 
     sudo .venv/bin/python bench/bench_mininet.py [--topo star:4 leaf-spine:2x2x2]
-        [--switch softswitch bmv2] [--seconds 4] [--repeat 2]
+        [--switch softswitch bmv2] [--seconds 4] [--repeat 2] [--dataplane fast reference]
+        [--probes 3] [--window W]
 
 For every switch kind and topology, with `inaemu mininet` (algo `ina`, int32, every result
 verified by the runner):
@@ -10,7 +11,10 @@ verified by the runner):
 1. **the switch's limit**: an allreduce on unshaped links (`--bw` unset) is bounded by the
    switch; the busiest link's bytes per second in it, in Mbit/s, is the bandwidth at which
    the switch becomes the bottleneck (printed as `limit`; `mininet.accounting.capacity`, what
-   `inaemu mininet --bw auto` measures).
+   `inaemu mininet --bw auto` measures). The softswitch's is measured for each of its data
+   planes (`--dataplane`: the compiled one and the Python reference), `--probes` pairs
+   interleaved, and printed side by side: the median limit of each, its spread, the ratio of
+   the medians (and per pair), and what bounded the median run (the runner's accounting).
 2. **shaped**: the links set to `--share` (default 0.5) of that limit
    (`accounting.choose_bw`), so that the links and not the switch bound the run, and M chosen
    so that M * 8 / bw is about `--seconds`. Per run: `x M*8/bw`, the completion time over the
@@ -49,7 +53,8 @@ if str(ROOT) not in sys.path:
 
 from inaemu.hostlib import args as arg  # noqa: E402
 from inaemu.hostlib.wire import FRAME_BYTES, K  # noqa: E402
-from inaemu.mininet.accounting import capacity, choose_bw  # noqa: E402
+from inaemu.mininet.accounting import Capacity, capacity, choose_bw  # noqa: E402
+from inaemu.softswitch.fast.dataplanes import DATAPLANES  # noqa: E402
 
 PAYLOAD_BYTES = 4 * K  # int32 lanes per frame
 MIN_SIZE = 16 * 1024  # elements: below this, start-up dominates
@@ -94,14 +99,27 @@ class Run:
         return self.seconds / (self.host_link_bytes * 8 / (self.bw * 1e6))
 
 
-def run_scenario(topo: str, switch: str, size: int, bw: float | None, tmp: Path) -> Run:
-    """One `inaemu mininet` run; its summary.json read back."""
+def run_scenario(
+    topo: str,
+    switch: str,
+    size: int,
+    bw: float | None,
+    tmp: Path,
+    dataplane: str | None = None,
+    window: int | None = None,
+) -> Run:
+    """One `inaemu mininet` run (the softswitch's `dataplane`, the job's `window`: the
+    runner's defaults if None); its summary.json read back."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"{switch}-{topo.replace(':', '-')}-", dir=tmp))
     argv = [sys.executable, "-m", "inaemu.mininet", "--topo", topo, "--switch", switch]
     argv += ["--algo", "ina", "--size", str(size), "--run-dir", str(run_dir), "--no-install"]
     argv += ["--timeout", "60", "--bmv2-log-level", "off"]
     if bw is not None:
         argv += ["--bw", f"{bw:g}"]
+    if dataplane is not None:
+        argv += ["--dataplane", dataplane]
+    if window is not None:
+        argv += ["--window", str(window)]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     summary_file = run_dir / "summary.json"
     if not summary_file.exists():
@@ -140,6 +158,46 @@ def switch_missing(kind: str) -> str | None:
     return missing
 
 
+def limits(
+    topo: str, planes: list[str], probes: int, size: int, window: int | None, tmp: Path
+) -> Capacity:
+    """The softswitch's limit on `topo` with each data plane, `probes` unshaped runs each,
+    interleaved; prints them side by side and returns the first plane's median run's."""
+    caps: dict[str, list[tuple[Capacity, Run]]] = {p: [] for p in planes}
+    for _ in range(probes):
+        for plane in planes:
+            run = run_scenario(topo, "softswitch", size, None, tmp, plane, window)
+            cap = capacity("ina", run.size, run.seconds, run.directions)
+            if cap is None:
+                raise RuntimeError(f"{topo} on softswitch ({plane}): the unshaped run has no time")
+            caps[plane].append((cap, run))
+    medians: dict[str, tuple[Capacity, Run]] = {}
+    for plane, got in caps.items():
+        ranked = sorted(got, key=lambda cr: cr[0].mbit)
+        medians[plane] = ranked[len(ranked) // 2]
+        cap, run = medians[plane]
+        mbits = [c.mbit for c, _ in got]
+        cpu, machine = run.cpu()
+        print(
+            f"# {topo} on softswitch, {plane} data plane: limit {cap.mbit:.1f} Mbit/s "
+            f"({min(mbits):.1f}-{max(mbits):.1f}, {probes} unshaped runs of "
+            f"{run.payload_bytes / 2**20:.1f} MiB per worker, busiest link {cap.link}); the "
+            f"median run {run.seconds:.3f} s, busiest process {cpu}, machine {machine}; "
+            f"{run.row.get('bound_reason', '')}",
+            flush=True,
+        )
+    first = planes[0]
+    for other in planes[1:]:
+        pairs = [a.mbit / b.mbit for (a, _), (b, _) in zip(caps[first], caps[other], strict=True)]
+        ratio = medians[first][0].mbit / medians[other][0].mbit
+        print(
+            f"# {topo} on softswitch: {first} / {other} limit {ratio:.1f}x (medians; pairs "
+            f"{min(pairs):.1f}-{max(pairs):.1f}x)",
+            flush=True,
+        )
+    return medians[first][0]
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return bench(argv)
@@ -160,6 +218,20 @@ def bench(argv: list[str] | None) -> int:
     )
     ap.add_argument(
         "--repeat", type=arg.REPEAT, default=2, help="shaped runs per topology and switch"
+    )
+    ap.add_argument(
+        "--dataplane",
+        nargs="+",
+        choices=DATAPLANES,
+        default=list(DATAPLANES),
+        help="the softswitch's data planes whose limits are measured side by side; the first "
+        "also runs the shaped runs (default: fast reference)",
+    )
+    ap.add_argument(
+        "--probes", type=arg.REPEAT, default=3, help="unshaped runs per softswitch data plane"
+    )
+    ap.add_argument(
+        "--window", type=arg.WINDOW, default=None, help="the job's window (the runner's default)"
     )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -188,22 +260,30 @@ def bench(argv: list[str] | None) -> int:
             if why is not None:
                 print(f"# {kind} skipped: {why}")
                 continue
+            plane = args.dataplane[0] if kind == "softswitch" else None
             for topo in args.topo:
-                probe = run_scenario(topo, kind, args.probe_size, None, tmp)
-                cap = capacity("ina", probe.size, probe.seconds, probe.directions)
-                if cap is None:
-                    raise RuntimeError(f"{topo} on {kind}: the unshaped run has no time")
-                limit, bw = cap.mbit, choose_bw([cap], margin=args.share).bw
-                print(
-                    f"# {topo} on {kind}: unshaped {probe.seconds:.2f} s for "
-                    f"{probe.payload_bytes / 2**20:.1f} MiB per worker: the switch's limit "
-                    f"{limit:.1f} Mbit/s on the busiest link ({cap.link}); shaped at {bw:g} "
-                    f"Mbit/s; {probe.row.get('bound_reason', '')}",
-                    flush=True,
-                )
+                if kind == "softswitch":
+                    cap = limits(
+                        topo, args.dataplane, args.probes, args.probe_size, args.window, tmp
+                    )
+                    limit, bw = cap.mbit, choose_bw([cap], margin=args.share).bw
+                    print(f"# {topo} on {kind}: shaped at {bw:g} Mbit/s ({plane})", flush=True)
+                else:
+                    probe = run_scenario(topo, kind, args.probe_size, None, tmp, None, args.window)
+                    found = capacity("ina", probe.size, probe.seconds, probe.directions)
+                    if found is None:
+                        raise RuntimeError(f"{topo} on {kind}: the unshaped run has no time")
+                    limit, bw = found.mbit, choose_bw([found], margin=args.share).bw
+                    print(
+                        f"# {topo} on {kind}: unshaped {probe.seconds:.2f} s for "
+                        f"{probe.payload_bytes / 2**20:.1f} MiB per worker: the switch's limit "
+                        f"{limit:.1f} Mbit/s on the busiest link ({found.link}); shaped at "
+                        f"{bw:g} Mbit/s; {probe.row.get('bound_reason', '')}",
+                        flush=True,
+                    )
                 size = max(MIN_SIZE, int(args.seconds * bw * 1e6 / 8 / 4) // K * K)
                 for _ in range(args.repeat):
-                    r = run_scenario(topo, kind, size, bw, tmp)
+                    r = run_scenario(topo, kind, size, bw, tmp, plane, args.window)
                     cpu, machine = r.cpu()
                     rows.append(
                         f"{topo:<18} {kind:<10} {limit:>9.1f} {bw:>6g} "

@@ -1,6 +1,6 @@
 """Softswitch throughput on the aggregation path (K=64 lanes per packet).
 
-    python bench/bench_softswitch.py [--chunks N] [--workers 4 8] [--repeat R]
+    python bench/bench_softswitch.py [--chunks N] [--workers 4 8] [--repeat R] [--window 64 256]
 
 1. in-process, both data planes side by side: the same frames of n workers (round robin per
    chunk, SUM) handed to `process_batch` in batches of BATCH_FRAMES, to the reference
@@ -11,7 +11,7 @@
    thread: the ratio is what the compiled path buys on this machine, whatever else runs;
 2. over loopback wires, each data plane: a SoftSwitch thread with loopback wires (AF_UNIX
    stream connections in a private wire dir) and n worker processes running the real INA
-   client (window 64);
+   client, for each `--window` (the job's slot pool: 64, and 256, the demo's default);
    reports the same from the switch's counters, the wall time of the whole allreduce, and
    the frames per system call on each side (the switch's ports, the hosts' ends). Beside it,
    measured in the same run, the raw ceiling: the same ports, batching and window with a
@@ -35,8 +35,10 @@ from multiprocessing.synchronize import Event as MpEvent
 
 import numpy as np
 
+from inaemu.cli.demo_worker import DemoOptions
 from inaemu.controller.star import Worker, star_job_plan
 from inaemu.hostlib import args as arg
+from inaemu.hostlib import client as ina_client
 from inaemu.hostlib.batch_io import IoCounts
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
@@ -163,11 +165,18 @@ class AnswerPlane:
 
 
 def _worker(
-    port: int, wire_dir: str, size: int, n: int, go: MpEvent, q: mp.Queue[WorkerResult]
+    port: int,
+    wire_dir: str,
+    size: int,
+    n: int,
+    window: int,
+    go: MpEvent,
+    q: mp.Queue[WorkerResult],
 ) -> None:
     x = np.random.default_rng(port).integers(-1000, 1000, size, dtype=np.int32)
     transport = LoopbackWireTransport(port, wire_dir)
-    client = InaClient(transport, job_id=1, run=1, window=WINDOW, n_workers=n, give_up_after=60)
+    ina_client.warm_up()  # the client's compiled kernels loaded before the clock starts
+    client = InaClient(transport, job_id=1, run=1, window=window, n_workers=n, give_up_after=60)
     go.wait()  # every worker ready: process start-up skew is not measured
     start = time.perf_counter()
     client.allreduce_int32(x, Opcode.SUM)
@@ -175,22 +184,23 @@ def _worker(
 
 
 def _echo_worker(
-    port: int, wire_dir: str, frames: int, go: MpEvent, q: mp.Queue[WorkerResult]
+    port: int, wire_dir: str, frames: int, window: int, go: MpEvent, q: mp.Queue[WorkerResult]
 ) -> None:
-    """WINDOW frames in flight through an echoing switch until `frames` came back."""
+    """`window` frames in flight through an echoing switch until `frames` came back."""
     transport = LoopbackWireTransport(port, wire_dir)
     payloads = pack_payloads(
         opcode=Opcode.SUM,
         job_id=1,
         tree_id=0,
-        slot=np.arange(WINDOW),
-        seq=np.arange(WINDOW),
-        values=np.zeros((WINDOW, K), np.int32),
+        slot=np.arange(window),
+        seq=np.arange(window),
+        values=np.zeros((window, K), np.int32),
     )
+    ina_client.warm_up()
     go.wait()
     start = time.perf_counter()
     transport.send(payloads)
-    sent, got = WINDOW, 0
+    sent, got = window, 0
     while got < frames:
         back = len(transport.recv(5.0))
         if not back:
@@ -207,6 +217,7 @@ def run_over_wires(
     n: int,
     chunks: int,
     *,
+    window: int,
     echo: bool,
     plane: DataPlane | None = None,
     dataplane: str = "reference",
@@ -215,7 +226,8 @@ def run_over_wires(
     through the pipeline (`dataplane`: fast or reference) or `plane`, or (`echo`) frames
     through `EchoPlane`."""
     sw = SoftSwitch(make_pipeline(dataplane), dataplane=EchoPlane() if echo else plane)
-    apply_to_pipeline(sw.pipeline, star_job_plan(1, star(n), base=0, pool_size=WINDOW, mgid=1))
+    plan = star_job_plan(1, star(n), base=0, pool_size=window, mgid=1)
+    apply_to_pipeline(sw.pipeline, plan)
     sw.add_loopback_wires(range(1, n + 1))
     sw.start()
     try:
@@ -224,9 +236,9 @@ def run_over_wires(
         procs = [
             mp.Process(
                 target=_echo_worker if echo else _worker,
-                args=(p, sw.wire_dir, chunks, go, q)
+                args=(p, sw.wire_dir, chunks, window, go, q)
                 if echo
-                else (p, sw.wire_dir, chunks * K, n, go, q),
+                else (p, sw.wire_dir, chunks * K, n, window, go, q),
             )
             for p in range(1, n + 1)
         ]
@@ -257,28 +269,50 @@ def run_over_wires(
     return run
 
 
-def report_over_wires(workers: list[int], chunks: int, raw_frames: int) -> None:
+def report_over_wires(
+    workers: list[int], windows: list[int], chunks: int, raw_frames: int, repeat: int
+) -> None:
     """The pipeline over wires beside the raw ceiling (same ports, batching and window, with
-    `EchoPlane`), measured in the same run."""
-    for n in workers:
-        raw = run_over_wires(n, raw_frames, echo=True)
-        hosts = run_over_wires(n, raw_frames, echo=False, plane=AnswerPlane())
-        runs = {plane: run_over_wires(n, chunks, echo=False, dataplane=plane) for plane in PLANES}
-        print(
-            f"{'wires raw':<12} {n:>7} {raw.pps:>12,.0f} {'':>12} "
-            f"wall {raw.wall:.2f}s; {raw.per_call()}"
-        )
-        print(
-            f"{'wires hosts':<12} {n:>7} {hosts.pps:>12,.0f} {hosts.pps * K:>12,.0f} "
-            f"wall {hosts.wall:.2f}s, real clients, every chunk answered at once; "
-            f"{hosts.per_call()}"
-        )
-        for plane, run in runs.items():
+    `EchoPlane`) and the hosts' ceiling (`AnswerPlane`), measured in the same run; each data
+    plane `repeat` times, the two alternating: medians, spread and their ratio."""
+    for window in windows:
+        for n in workers:
+            raw = run_over_wires(n, raw_frames, window=window, echo=True)
+            hosts = run_over_wires(n, raw_frames, window=window, echo=False, plane=AnswerPlane())
+            runs: dict[str, list[WireRun]] = {plane: [] for plane in PLANES}
+            for _ in range(repeat):
+                for plane in PLANES:
+                    runs[plane].append(
+                        run_over_wires(n, chunks, window=window, echo=False, dataplane=plane)
+                    )
+            label = f"wires w{window}"
             print(
-                f"{'wires':<12} {n:>7} {run.pps:>12,.0f} {run.pps * K:>12,.0f} {plane}: "
-                f"wall {run.wall:.2f}s, {run.retransmissions} retransmissions "
-                f"({run.duplicates} were spurious); {100 * run.pps / raw.pps:.0f}% of raw, "
-                f"{100 * run.pps / hosts.pps:.0f}% of the hosts'; {run.per_call()}"
+                f"{label + ' raw':<16} {n:>7} {raw.pps:>12,.0f} {'':>12} "
+                f"wall {raw.wall:.2f}s; {raw.per_call()}"
+            )
+            print(
+                f"{label + ' hosts':<16} {n:>7} {hosts.pps:>12,.0f} {hosts.pps * K:>12,.0f} "
+                f"wall {hosts.wall:.2f}s, real clients, every chunk answered at once; "
+                f"{hosts.per_call()}"
+            )
+            median: dict[str, float] = {}
+            for plane, rs in runs.items():
+                ranked = sorted(rs, key=lambda r: r.pps)
+                run = ranked[len(ranked) // 2]
+                median[plane] = run.pps
+                print(
+                    f"{label:<16} {n:>7} {run.pps:>12,.0f} {run.pps * K:>12,.0f} {plane}: "
+                    f"median of {len(rs)} ({ranked[0].pps:,.0f}-{ranked[-1].pps:,.0f}), wall "
+                    f"{run.wall:.2f}s, {run.retransmissions} retransmissions "
+                    f"({run.duplicates} were spurious); {100 * run.pps / raw.pps:.0f}% of raw, "
+                    f"{100 * run.pps / hosts.pps:.0f}% of the hosts'; {run.per_call()}"
+                )
+            pairs = [f.pps / r.pps for f, r in zip(runs["fast"], runs["reference"], strict=True)]
+            print(
+                f"{label:<16} {n:>7} fast / reference {median['fast'] / median['reference']:.1f}x "
+                f"(medians; pairs {min(pairs):.1f}-{max(pairs):.1f}x); raw / reference "
+                f"{raw.pps / median['reference']:.1f}x, hosts' / reference "
+                f"{hosts.pps / median['reference']:.1f}x"
             )
 
 
@@ -293,6 +327,19 @@ def main() -> None:
     )
     ap.add_argument("--skip-loopback", action="store_true")
     ap.add_argument(
+        "--window",
+        type=arg.WINDOW,
+        nargs="+",
+        default=[WINDOW, DemoOptions.window],
+        help=f"the job's windows over wires (default {WINDOW} and the demo's {DemoOptions.window})",
+    )
+    ap.add_argument(
+        "--wire-repeat",
+        type=arg.REPEAT,
+        default=3,
+        help="runs of each data plane over wires, alternating (medians; default 3)",
+    )
+    ap.add_argument(
         "--raw-frames",
         type=arg.positive("raw frames", arg.MAX_ELEMENTS // K),
         default=20_000,
@@ -300,7 +347,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     print(
-        f"# softswitch benchmark: K={K}, window={WINDOW}, chunks/worker={args.chunks}, "
+        f"# softswitch benchmark: K={K}, window={WINDOW} in-process, "
+        f"{' and '.join(map(str, args.window))} over wires, chunks/worker={args.chunks}, "
         f"batches of {BATCH_FRAMES} frames, python {platform.python_version()}, "
         f"numpy {np.__version__}, {os.cpu_count()} cpus; {warm_up('fast')}"
     )
@@ -315,7 +363,7 @@ def main() -> None:
             note = "" if plane == "reference" else f" {pps / best['reference']:.1f}x the reference"
             print(f"{'in-process':<12} {n:>7} {pps:>12,.0f} {pps * K:>12,.0f} {plane}{note}")
     if not args.skip_loopback:
-        report_over_wires(args.workers, args.chunks, args.raw_frames)
+        report_over_wires(args.workers, args.window, args.chunks, args.raw_frames, args.wire_repeat)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ class DemoOptions:
     codec: str = "fixedpoint"
     density: float = 1.0
     loss: float = 0.0
-    window: int = 64
+    window: int = 256  # the job's slot pool, a quarter of the switch's (SwitchML's client: 256)
     wire_dir: str | None = None  # None: the softswitch makes a private one (READY wire_dir=)
     grpc_port: int = 0
     seed: int = 1
@@ -80,6 +80,8 @@ class WorkerResult:
     retransmissions: int
     duplicate_results: int
     values: npt.NDArray[Any] | None = None  # the result, when the parent checks it
+    cpu_seconds: float = 0.0  # the worker process's CPU time during its allreduce
+    started: float = 0.0  # wall clock (Unix seconds) when its allreduce began
 
 
 @dataclass
@@ -176,7 +178,7 @@ def run_worker(
     report (checked here, or with the result for the parent to check). It ends with its
     parent (`die_with_parent`), even one killed with SIGKILL."""
     end_with_parent()
-    from inaemu.hostlib.client import InaError
+    from inaemu.hostlib.client import InaError, warm_up
     from inaemu.hostlib.codecs import make_codec
 
     seat = seat or Seat(port=rank + 1)
@@ -188,13 +190,16 @@ def run_worker(
                 done.value += n
 
         client = ina_client(opts, seat, progress)
+        codec = make_codec(opts.codec)
+        warm_up(codec, x.dtype)  # compiled kernels loaded before the measured allreduce
         if ready is not None:
             with ready.get_lock():
                 ready.value += 1
         go.wait()
-        start = time.perf_counter()
-        out = np.asarray(client.allreduce(x, make_codec(opts.codec)))
+        wall, start, cpu = time.time(), time.perf_counter(), time.process_time()
+        out = np.asarray(client.allreduce(x, codec))
         seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         client.transport.close()
         if seat.check_here:
             exact, max_err, bound, ok = verify(opts, out)
@@ -215,6 +220,8 @@ def run_worker(
                 st.retransmissions,
                 st.duplicate_results,
                 None if seat.check_here else out,
+                cpu,
+                wall,
             )
         )
     except KeyboardInterrupt:

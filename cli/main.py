@@ -162,7 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="injected loss probability per port, below 1",
     )
-    d.add_argument("--window", type=arg.WINDOW, default=64, help="chunks in flight (= slot pool)")
+    d.add_argument(
+        "--window",
+        type=arg.WINDOW,
+        default=DemoOptions.window,
+        help=f"chunks in flight (= slot pool; default {DemoOptions.window})",
+    )
     d.add_argument(
         "--wire-dir",
         type=arg.wire_dir,

@@ -51,8 +51,9 @@ from typing import ClassVar, NoReturn
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import kernels
 from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
-from inaemu.hostlib.transport import Transport
+from inaemu.hostlib.transport import FramedTransport, Transport, framed
 from inaemu.hostlib.wire import (
     FRAME_BYTES,
     INA_BYTES,
@@ -78,6 +79,12 @@ SMALL_BATCH = 8  # batches up to this size are matched record by record, larger 
 _HEADER = struct.Struct(">BBHBBHHI")  # the INA header (wire.INA_FIELDS_DTYPE without lanes)
 assert _HEADER.size == INA_HEADER_BYTES
 _RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
+_NO_HEAD = np.zeros(0, np.uint8)
+
+
+def _record_offsets(n: int) -> npt.NDArray[np.int64]:
+    """Where each of n INA records back to back starts."""
+    return np.arange(n, dtype=np.int64) * INA_BYTES
 
 
 class InaError(RuntimeError):
@@ -333,6 +340,21 @@ class ClientStats:
         }
 
 
+def warm_up(codec: object | None = None, dtype: npt.DTypeLike = np.float32) -> float:
+    """Load the client's compiled kernels and, given `codec`, the codec's for inputs of
+    `dtype` (`codecs.warm_up`: the codec once on a small sparse array with no network); the
+    seconds it took. numba loads (or compiles) a kernel on its first call, a fraction of a
+    second per process: a worker that calls this before its first allreduce does not pay for
+    it there."""
+    started = time.perf_counter()
+    kernels.warm_up()
+    if codec is not None:
+        from inaemu.hostlib.codecs import warm_up as warm_up_codec
+
+        warm_up_codec(codec, dtype)
+    return time.perf_counter() - started
+
+
 class InaClient:
     """One worker's end of an INA job.
 
@@ -344,6 +366,11 @@ class InaClient:
     `window` is the job's pool (W slots); the congestion window (`cc`, at most W) decides how
     many chunks are in flight, `initial_cwnd` at first; `congestion_control=False` keeps it
     at W. `clock` (seconds, monotonic) is for tests.
+
+    `compiled` (the default): an operation's payloads are packed, batches of first results
+    taken and new chunks' bookkeeping done by numba kernels (`hostlib.kernels`), one pass per
+    batch; False runs only the numpy and record-by-record paths, which the kernels must
+    match state for state (tests/test_client_kernels.py). Either way the exchange is the same.
     """
 
     def __init__(
@@ -364,6 +391,7 @@ class InaClient:
         congestion_control: bool = True,
         initial_cwnd: int = 4,
         clock: Callable[[], float] = time.monotonic,
+        compiled: bool = True,
     ) -> None:
         if not 1 <= window <= 0x7FFF:
             raise ValueError(f"window must be 1..32767 (at most the job's pool size), got {window}")
@@ -382,6 +410,7 @@ class InaClient:
         self.give_up_after = give_up_after
         self.on_progress = on_progress  # called with the number of chunks just completed
         self.clock = clock
+        self.compiled = compiled
         self.run: int | None = None  # this run's id: the top 16 bits of every seq
         self.next_chunk = 0  # chunk number within the run; never restarts (see module doc)
         if run is not None:
@@ -452,15 +481,53 @@ class InaClient:
         if n == 0:
             return np.empty(0, dtype=np.int32), np.zeros(0, dtype=np.bool_)
         n_chunks = -(-n // K)
-        padded = np.zeros(n_chunks * K, dtype=np.int32)
-        padded[:n] = flat
         first = self.next_chunk
         self.next_chunk += n_chunks
+        frames = None
+        through = framed(self.transport) if self.compiled else None
+        if through is not None:
+            frames, payloads = self._frames(through, flat, first, n_chunks, opcode, run)
+        else:
+            payloads = self._payloads(flat, first, n_chunks, opcode, run)
+        result = np.empty((n_chunks, K), dtype=np.int32)
+        overflow = np.zeros(n_chunks, dtype=np.bool_)
+        try:
+            exchange = _Exchange(self, payloads, first, result, overflow)
+            exchange.frames, exchange.framed = frames, through
+            exchange.run()
+        finally:
+            self._note_state()
+        mask = np.repeat(overflow, K)[:n]
+        return result.reshape(-1)[:n], mask
+
+    def _payloads(
+        self, flat: Int32Array, first: int, n_chunks: int, opcode: Opcode, run: int
+    ) -> npt.NDArray[np.void]:
+        """The INA payloads of chunks first.. (the module doc's slot discipline) carrying
+        `flat` in K lanes each, the last chunk zero-padded."""
+        if self.compiled:
+            raw = np.empty((n_chunks, INA_BYTES), np.uint8)
+            kernels.pack_chunks(
+                flat,
+                raw,
+                _NO_HEAD,
+                first,
+                self.window,
+                self.n_trees,
+                run,
+                int(opcode),
+                self.job_id,
+                INA_VERSION << 4,
+            )
+            return raw.view(INA_DTYPE).reshape(-1)
+        n = flat.size
+        padded = np.zeros(n_chunks * K, dtype=np.int32)
+        padded[:n] = flat
         chunk_ids = np.arange(first, first + n_chunks, dtype=np.int64)
         slot_index = chunk_ids % self.window
         lanes = np.full(n_chunks, K, dtype=np.uint8)
         lanes[-1] = n - (n_chunks - 1) * K
-        payloads = pack_payloads(
+        return pack_payloads(
             opcode=int(opcode),
             job_id=self.job_id,
             tree_id=slot_index % self.n_trees,
@@ -469,14 +536,34 @@ class InaClient:
             values=padded.reshape(n_chunks, K),
             lanes=lanes,
         )
-        result = np.empty((n_chunks, K), dtype=np.int32)
-        overflow = np.zeros(n_chunks, dtype=np.bool_)
-        try:
-            _Exchange(self, payloads, first, result, overflow).run()
-        finally:
-            self._note_state()
-        mask = np.repeat(overflow, K)[:n]
-        return result.reshape(-1)[:n], mask
+
+    def _frames(
+        self,
+        transport: FramedTransport,
+        flat: Int32Array,
+        first: int,
+        n_chunks: int,
+        opcode: Opcode,
+        run: int,
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.void]]:
+        """`_payloads` as a framed `transport` sends them, each behind its head: (the frames,
+        one per row, and the payloads in them)."""
+        head = transport.head
+        frames = np.empty((n_chunks, len(head) + INA_BYTES), np.uint8)
+        kernels.pack_chunks(
+            flat,
+            frames,
+            head,
+            first,
+            self.window,
+            self.n_trees,
+            run,
+            int(opcode),
+            self.job_id,
+            INA_VERSION << 4,
+        )
+        payloads = frames[:, len(head) :].view(INA_DTYPE).reshape(-1)
+        return frames, payloads
 
     def _note_state(self) -> None:
         st, rtt = self.stats, self.rtt
@@ -550,6 +637,14 @@ class _Exchange:
         self.event = -1
         self.remaining = n
         self.last_progress = client.clock()
+        # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT], a batch's RTT
+        # samples and matches (grown to the largest batch)
+        self.rtt_state = np.zeros(4, dtype=np.float64)
+        # with a framed transport, the frames it sends as they are (`_frames`)
+        self.frames: npt.NDArray[np.uint8] | None = None
+        self.framed: FramedTransport | None = None
+        self.rtts = np.empty(0, dtype=np.float64)
+        self.chunks = np.empty(0, dtype=np.int64)
 
     # ---------------------------------------------------------------- sending
 
@@ -557,18 +652,32 @@ class _Exchange:
         """Send chunks `idx`: retransmissions (an index array) with RETX, or the next new
         chunks (a slice)."""
         c, st = self.c, self.c.stats
-        batch = self.payloads[idx]
-        count = len(batch)
-        if retx:
-            batch = batch.copy()
-            batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
-        c.transport.send(batch)
+        if self.framed is not None and self.frames is not None and not retx:
+            assert isinstance(idx, slice)
+            count = idx.stop - idx.start
+            self.framed.send_framed(self.frames[idx])
+        else:
+            batch = self.payloads[idx]
+            count = len(batch)
+            if retx:
+                batch = batch.copy()
+                batch["ver_flags"] = (INA_VERSION << 4) | int(Flag.RETX)
+            c.transport.send(batch)
         now = c.clock()
-        self.sent_at[idx] = now
-        self.tx[idx] = np.arange(c._tx, c._tx + count)
-        c._tx += count
+        if retx or not c.compiled:
+            self.sent_at[idx] = now
+            self.tx[idx] = np.arange(c._tx, c._tx + count)
+            c._tx += count
         if retx:
             self.deadline[idx] = now + c.rtt.timeouts(self.retries[idx])
+        elif c.compiled:
+            assert isinstance(idx, slice)
+            due = now + c.rtt.timeout(0)
+            kernels.sent_new(
+                self.sent_at, self.tx, self.deadline, self.slot_latest,
+                idx.start, idx.stop, self.first, now, due, c._tx,
+            )  # fmt: skip
+            c._tx += count
         else:
             assert isinstance(idx, slice)
             self.deadline[idx] = now + c.rtt.timeout(0)
@@ -680,9 +789,16 @@ class _Exchange:
 
     def take(self, got: npt.NDArray[np.void], now: float) -> None:
         """A batch of received records: results complete their chunks."""
-        c, st = self.c, self.c.stats
         if got.dtype != INA_DTYPE:  # e.g. concatenated: numpy makes the fields native
             got = got.astype(INA_DTYPE)
+        if self.c.compiled and self.take_compiled(got, now):
+            return
+        self.take_reference(got, now)
+
+    def take_reference(self, got: npt.NDArray[np.void], now: float) -> None:
+        """`take` without the compiled pass: in numpy for a large batch of first results,
+        else record by record."""
+        c, st = self.c, self.c.stats
         if len(got) > SMALL_BATCH:
             matched = self.match_many(got)
             if self.take_first_results(got, matched, now):
@@ -780,14 +896,74 @@ class _Exchange:
         self.completed(n_new, now, limited)
         return True
 
-    def completed(self, n_new: int, now: float, limited: bool) -> None:
-        """`n_new` chunks just completed: the window's base, the congestion window, stats."""
+    def take_compiled(self, got: npt.NDArray[np.void], now: float) -> bool:
+        """`take_first_results` in one compiled pass (`kernels.take_results`), matching
+        included: the same changes for a batch in which every result is the first for a chunk
+        in flight. False, with nothing changed, for any other batch."""
+        raw = np.ascontiguousarray(got).view(np.uint8).reshape(-1)
+        return self.take_at(raw, _record_offsets(len(got)), now)
+
+    def take_frames(
+        self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], now: float
+    ) -> None:
+        """`take` for records where a framed transport received them: record j at
+        buf[offsets[j]:]. The compiled pass takes them in place; a batch it declines is
+        copied out and taken by the reference paths."""
+        if not self.take_at(buf, offsets, now):
+            got = np.empty((len(offsets), INA_BYTES), np.uint8)
+            kernels.copy_rows(buf, offsets, got)
+            self.take_reference(got.view(INA_DTYPE).reshape(-1), now)
+
+    def take_at(
+        self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], now: float
+    ) -> bool:
+        """`take_compiled` for the records at buf[offsets[j]:]."""
+        c, st, rtt = self.c, self.c.stats, self.c.rtt
+        n = len(offsets)
+        if len(self.chunks) < n:
+            self.chunks = np.empty(n, dtype=np.int64)
+            self.rtts = np.empty(n, dtype=np.float64)
+        state = self.rtt_state
+        state[:] = (0.0, 0.0, 0.0, rtt.min_rtt) if rtt.srtt is None else (
+            1.0, rtt.srtt, rtt.rttvar, rtt.min_rtt
+        )  # fmt: skip
+        scale = max(self.in_flight, 1)  # per_rtt
+        limited = 2 * self.in_flight >= c.cc.allowed
+        assert c.run is not None
+        status, n_new, n_over, n_rtts, base = kernels.take_results(
+            buf, offsets, c.job_id, c.run, c.window, self.first & SEQ_CHUNK_MASK, self.slot_latest,
+            self.done, self.deadline, self.retries, self.sent_at, self.result, self.overflow,
+            self.answered_once, now, self.base, self.next_new,
+            state, rtt.ALPHA / scale, rtt.BETA / scale, self.rtts, self.chunks,
+        )  # fmt: skip
+        if status != kernels.TAKEN:
+            return False
+        st.foreign_packets += n - n_new
+        if not n_new:
+            return True
+        st.overflowed_chunks += n_over
+        self.in_flight -= n_new
+        if n_rtts:
+            rtt.srtt, rtt.rttvar, rtt.min_rtt = float(state[1]), float(state[2]), float(state[3])
+            rtt.backoff = 0
+            rtt.samples += n_rtts
+            room = 10_000 - len(st.rtt_samples)
+            if room > 0:
+                st.rtt_samples.extend(self.rtts[: min(room, n_rtts)].tolist())
+        self.last_result_at = now
+        self.completed(n_new, now, limited, base)
+        return True
+
+    def completed(self, n_new: int, now: float, limited: bool, base: int | None = None) -> None:
+        """`n_new` chunks just completed: the window's base (`base` if the caller moved it
+        already), the congestion window, stats."""
         c, st = self.c, self.c.stats
         self.remaining -= n_new
         st.results += n_new
-        base = self.base
-        while base < self.next_new and self.done[base]:
-            base += 1
+        if base is None:
+            base = self.base
+            while base < self.next_new and self.done[base]:
+                base += 1
         self.base = base
         c.cc.on_results(n_new, limited)
         cwnd = c.cc.cwnd
@@ -897,6 +1073,7 @@ class _Exchange:
 
     def run(self) -> None:
         c = self.c
+        framed = self.framed
         self.fill()
         while self.remaining:
             soonest = (
@@ -908,10 +1085,18 @@ class _Exchange:
                 quiet_at = self.last_result_at + self.hold()
                 if quiet_at > now:
                     wake = min(wake, quiet_at)
-            got = c.transport.recv(min(max(wake - now, 0.0), MAX_WAIT))
-            now = c.clock()
-            if len(got):
-                self.take(got, now)
+            timeout = min(max(wake - now, 0.0), MAX_WAIT)
+            if framed is not None:  # the records where they arrived
+                buf, offsets = framed.recv_offsets(timeout)
+                now, got_any = c.clock(), len(offsets) > 0
+                if got_any:
+                    self.take_frames(buf, offsets, now)
+            else:
+                got = c.transport.recv(timeout)
+                now, got_any = c.clock(), len(got) > 0
+                if got_any:
+                    self.take(got, now)
+            if got_any:
                 if not self.remaining:
                     break
                 if self.in_flight:

@@ -10,9 +10,10 @@ differ in what wraps them:
 - `UdpTransport`: a kernel UDP socket (Mininet hosts, real NICs): the kernel adds
   Ethernet/IPv4/UDP; the switch's aggregation address needs an ARP entry on the host.
 
-A send builds every frame of its batch with numpy and hands them to the kernel in one system
-call; a receive takes every frame that has arrived in one call and parses them with numpy; no
-work per frame or element is done in Python.
+A send builds every frame of its batch in one compiled pass (`hostlib.kernels`) and hands
+them to the kernel in one system call; a receive takes every frame that has arrived in one call
+and copies their INA payloads out in one compiled pass (`ina_payloads` is the numpy
+reference); no work per frame or element is done in Python.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import errno
 import os
 import select
 import socket
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.hostlib import kernels
 from inaemu.hostlib.batch_io import IoCounts, Mmsg, sockaddr_in
 from inaemu.hostlib.loopback import (
     FEW,
@@ -53,8 +55,13 @@ UDP_SLOT = 512  # bytes of a receive slot (an INA payload is 270)
 _IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
 SOCKET_BUFFER = 8 << 20
 _RECORD = RECORD_HEADER + FRAME_BYTES  # one INA frame on a wire's stream
+_NONE = np.zeros(0, np.int64)
 _HEAD = FRAME_BYTES.to_bytes(RECORD_HEADER, "little")
-_ENDS = np.arange(1, FEW + 1, dtype=np.int64) * _RECORD
+
+
+def _steps(n: int, step: int, start: int = 0) -> npt.NDArray[np.int64]:
+    """start, start + step, ... (n of them)."""
+    return np.arange(n, dtype=np.int64) * step + start
 
 
 class TransportError(OSError):
@@ -65,6 +72,24 @@ class Transport(Protocol):
     def send(self, payloads: npt.NDArray[np.void]) -> None: ...
     def recv(self, timeout: float) -> npt.NDArray[np.void]: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class FramedTransport(Transport, Protocol):
+    """A transport whose sends and receives the client can do in place: it sends frames the
+    client built (`head`, the bytes it puts in front of every payload, then the payload) as
+    they are, and tells where the payloads it received are instead of copying them out."""
+
+    head: npt.NDArray[np.uint8]
+
+    def send_framed(self, frames: npt.NDArray[np.uint8]) -> None:
+        """Send frames, one per row (`head` then an INA payload), in order."""
+        ...
+
+    def recv_offsets(self, timeout: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Wait at most `timeout` for frames; (a buffer, where each INA payload received
+        starts in it). The buffer is overwritten by the next receive."""
+        ...
 
 
 def _udp_socket(bind: tuple[str, int], what: str) -> socket.socket:
@@ -85,6 +110,21 @@ def _udp_socket(bind: tuple[str, int], what: str) -> socket.socket:
 def _wait_readable(sock: socket.socket, timeout: float) -> bool:
     readable, _, _ = select.select([sock], [], [], max(timeout, 0.0))
     return bool(readable)
+
+
+def framed(transport: Transport) -> FramedTransport | None:
+    """`transport` if the client may send and receive through its framed methods: it has
+    them, and its `send` and `recv` are those of the class that defines them (a subclass that
+    overrides `send` or `recv`, to drop or duplicate frames say, is used through those)."""
+    if not isinstance(transport, FramedTransport):
+        return None
+    cls = type(transport)
+    owner = next((k for k in cls.__mro__ if "recv_offsets" in vars(k)), None)
+    if owner is None or "recv" in vars(transport) or "send" in vars(transport):
+        return None
+    if any(getattr(cls, name) is not getattr(owner, name) for name in ("recv", "send")):
+        return None
+    return transport
 
 
 class LoopbackWireTransport(WireEnd):
@@ -118,8 +158,11 @@ class LoopbackWireTransport(WireEnd):
         host = host or Endpoint(f"02:00:00:00:00:{switch_port & 0xFF:02x}", f"10.0.0.{switch_port}")
         switch = switch or Endpoint("02:00:00:00:00:fe", "10.0.0.254")
         self.prefix = FrameTemplate(host, switch).prefix()
-        self._prefix = np.frombuffer(self.prefix, np.uint8)
+        # in front of each payload on the stream: the record's length, the frame's headers
+        self.head = np.frombuffer(_HEAD + self.prefix, np.uint8).copy()
+        self._ends = _steps(READ_BYTES // _RECORD, _RECORD, _RECORD)  # where records end
         self._rx: npt.NDArray[np.uint8] = np.empty(READ_BYTES, np.uint8)
+        self._at = np.empty(READ_BYTES // FRAME_BYTES + 1, np.int64)  # payloads received
         self.frames_sent = 0
         self.frames_received = 0
         self.connect()
@@ -128,32 +171,49 @@ class LoopbackWireTransport(WireEnd):
         n = len(payloads)
         if n == 0:
             return
-        if n < FEW:  # one by one: cheaper than numpy's set-up
-            raw = payloads.tobytes()
-            head = _HEAD + self.prefix
-            data = b"".join(
-                [head + raw[i : i + INA_BYTES] for i in range(0, n * INA_BYTES, INA_BYTES)]
-            )
-            self.write(data, _ENDS[:n])
-            self.frames_sent += n
+        records = np.empty((n, _RECORD), np.uint8)  # a new one: the queue may keep a view
+        kernels.frame_records(_rows(payloads), self.head, records.reshape(-1))
+        self.send_framed(records)
+
+    def send_framed(self, frames: npt.NDArray[np.uint8]) -> None:
+        """Records (`head` then a payload, one per row) onto the stream; whatever cannot go
+        out now or be queued is dropped and counted (`tx_dropped`)."""
+        n = len(frames)
+        if n == 0:
             return
-        records = np.empty((n, _RECORD), np.uint8)
-        records[:, 0] = FRAME_BYTES & 0xFF
-        records[:, 1] = FRAME_BYTES >> 8
-        records[:, RECORD_HEADER : RECORD_HEADER + INA_OFFSET] = self._prefix
-        records[:, RECORD_HEADER + INA_OFFSET :] = (
-            np.ascontiguousarray(payloads).view(np.uint8).reshape(n, INA_BYTES)
-        )
-        self.write(records.reshape(-1).data, np.arange(1, n + 1, dtype=np.int64) * _RECORD)
+        ends = self._ends[:n] if n <= len(self._ends) else _steps(n, _RECORD, _RECORD)
+        self.write(frames.reshape(-1).data, ends)  # the queue may keep a view: never changed
         self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
+        buf, offsets = self.recv_offsets(timeout)
+        return _copy_out(buf, offsets)
+
+    def recv_offsets(self, timeout: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Wait at most `timeout`, read every frame that arrived; (the read buffer, where the
+        INA payload of each frame long enough and IPv4/UDP starts in it)."""
         if not self.wait(timeout):
-            return np.empty(0, dtype=INA_DTYPE)
+            return self._rx, _NONE
         offsets, lengths, _, _ = self.read(self._rx, 0, len(self._rx))
-        payloads = ina_payloads(self._rx, offsets, lengths)
-        self.frames_received += len(payloads)
-        return payloads
+        count = kernels.payload_offsets(
+            self._rx, offsets, lengths, FRAME_BYTES, INA_OFFSET, True, self._at
+        )
+        self.frames_received += count
+        return self._rx, self._at[:count]
+
+
+def _copy_out(buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
+    """The INA records at buf[offsets[j]:], copied into one array."""
+    out = np.empty((len(offsets), INA_BYTES), np.uint8)
+    kernels.copy_rows(buf, offsets, out)
+    return out.view(INA_DTYPE).reshape(-1)
+
+
+def _rows(payloads: npt.NDArray[np.void]) -> npt.NDArray[np.uint8]:
+    """INA payload records as the rows of a (n, INA_BYTES) byte array."""
+    if payloads.dtype != INA_DTYPE:
+        payloads = payloads.astype(INA_DTYPE)
+    return np.ascontiguousarray(payloads).view(np.uint8).reshape(len(payloads), INA_BYTES)
 
 
 def ina_payloads(
@@ -161,7 +221,9 @@ def ina_payloads(
 ) -> npt.NDArray[np.void]:
     """The INA payloads of the IPv4/UDP frames `buf[offsets[i]:][:lengths[i]]` that are
     long enough (others are skipped), as one array of records. Frames at evenly spaced
-    offsets (what one read of same-size frames gives) are viewed in place, others gathered."""
+    offsets (what one read of same-size frames gives) are viewed in place, others gathered.
+    The transports copy them out with `kernels.gather_payloads`, which this is the reference
+    of."""
     count = len(offsets)
     if count < FEW:  # one by one: cheaper than numpy's set-up
         view = buf.data
@@ -201,15 +263,26 @@ class UdpTransport:
         self.peer = (switch_ip, port)
         self.sock = _udp_socket((local_ip, port), "the INA UDP socket")
         self._mmsg = Mmsg(RECV_BATCH, UDP_SLOT, name=sockaddr_in(switch_ip, port))
+        self._slots = _steps(RECV_BATCH, UDP_SLOT)  # where each receive slot starts
+        self._at = np.empty(RECV_BATCH, np.int64)  # payloads received
+        self._offsets = _steps(0, INA_BYTES)  # where each payload of a send starts
+        self._lengths = np.zeros(0, np.int64)
+        self.head = np.zeros(0, np.uint8)  # the kernel adds Ethernet/IPv4/UDP
         self.counts = IoCounts()
         self.frames_sent = 0
         self.frames_received = 0
 
     def send(self, payloads: npt.NDArray[np.void]) -> None:
-        n = len(payloads)
-        buf = np.ascontiguousarray(payloads).view(np.uint8).reshape(-1)
-        offsets = np.arange(n, dtype=np.int64) * INA_BYTES
-        lengths = np.full(n, INA_BYTES, np.int64)
+        self.send_framed(_rows(payloads))
+
+    def send_framed(self, frames: npt.NDArray[np.uint8]) -> None:
+        """Datagrams, one per row (an INA payload: `head` is empty), in order."""
+        n = len(frames)
+        buf = np.ascontiguousarray(frames).reshape(-1)
+        if len(self._offsets) < n:
+            self._offsets = _steps(n, INA_BYTES)
+            self._lengths = np.full(n, INA_BYTES, np.int64)
+        offsets, lengths = self._offsets[:n], self._lengths[:n]
         fd, done = self.sock.fileno(), 0
         while done < n:
             sent, err, calls = self._mmsg.send(fd, buf, offsets[done:], lengths[done:])
@@ -223,19 +296,27 @@ class UdpTransport:
         self.frames_sent += n
 
     def recv(self, timeout: float) -> npt.NDArray[np.void]:
+        buf, offsets = self.recv_offsets(timeout)
+        return _copy_out(buf, offsets)
+
+    def recv_offsets(self, timeout: float) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Wait at most `timeout`, take up to RECV_BATCH datagrams; (the receive slots, where
+        each datagram long enough to be an INA payload starts in them)."""
+        buf = self._mmsg.buf
         if not _wait_readable(self.sock, timeout):
-            return np.empty(0, dtype=INA_DTYPE)
+            return buf, _NONE
         try:
             n = self._mmsg.recv(self.sock.fileno())
         except ConnectionRefusedError:
             n = 0
         self.counts.rx_calls += 1
         self.counts.rx_frames += n
-        long_enough = self._mmsg.lengths[:n] >= INA_BYTES
-        rows = self._mmsg.slots[:n][long_enough, :INA_BYTES]
-        payloads = np.ascontiguousarray(rows).view(INA_DTYPE).reshape(-1)
-        self.frames_received += len(payloads)
-        return payloads
+        lengths = self._mmsg.lengths[:n].astype(np.int64)
+        count = kernels.payload_offsets(
+            buf, self._slots[:n], lengths, INA_BYTES, 0, False, self._at
+        )
+        self.frames_received += count
+        return buf, self._at[:count]
 
     def close(self) -> None:
         self.sock.close()

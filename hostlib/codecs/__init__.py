@@ -19,6 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+import numpy as np
+import numpy.typing as npt
+
 from inaemu.hostlib.codecs import inceptionn
 from inaemu.hostlib.codecs.base import (
     HomomorphicCodec,
@@ -42,6 +45,7 @@ from inaemu.hostlib.codecs.inceptionn import compress as inceptionn_compress
 from inaemu.hostlib.codecs.inceptionn import decompress as inceptionn_decompress
 from inaemu.hostlib.codecs.passthrough import Int32Codec
 from inaemu.hostlib.codecs.sketch import PeelingFailed, SketchCodec, SketchCorrupt
+from inaemu.hostlib.wire import K
 
 CODECS: dict[str, Callable[..., HomomorphicCodec]] = {
     "int32": Int32Codec,
@@ -49,6 +53,24 @@ CODECS: dict[str, Callable[..., HomomorphicCodec]] = {
     "sketch": SketchCodec,
     "sketch-compact": partial(SketchCodec, payload="compact"),
 }
+
+
+def warm_up(codec: object, dtype: npt.DTypeLike = np.float32) -> None:
+    """Run `codec` once on a small array of `dtype` with no network, so that its compiled
+    kernels (numba: loaded from the cache or compiled on a process's first call, 0.2 s and
+    more) are ready before a measured allreduce starts. A homomorphic codec runs against the
+    reference switch; INCEPTIONN (a codec object named "inceptionn") compresses and
+    decompresses; anything else (plain sums) has nothing to warm."""
+    rng = np.random.default_rng(0)
+    sample = np.zeros(64 * K, dtype)  # sparse, as gradients a sketch is for: its sketch path
+    sample[rng.choice(sample.size, sample.size // 50, replace=False)] = rng.standard_normal(
+        sample.size // 50
+    )
+    name = getattr(codec, "name", "")
+    if name == "inceptionn":
+        inceptionn_decompress(inceptionn_compress(sample.astype(np.float32)))
+    elif hasattr(codec, "phases"):
+        simulate_allreduce(codec, [sample, sample])  # type: ignore[arg-type]
 
 
 def make_codec(name: str, **options: object) -> HomomorphicCodec:
@@ -82,6 +104,7 @@ __all__ = [
     "quantize",
     "run_phases",
     "simulate_allreduce",
+    "warm_up",
     "words_on_wire",
     "worst_case_error",
 ]

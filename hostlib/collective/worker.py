@@ -36,6 +36,7 @@ import numpy as np
 
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.hostlib import args as arg
+from inaemu.hostlib.codecs import warm_up
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND
 from inaemu.hostlib.collective.executor import (
     SCHEDULE_CODECS,
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
     x = worker_input(args.seed, args.rank, args.size, args.density, args.codec)
+    warm_up(codec, x.dtype)  # compiled kernels loaded now, not inside the measured allreduce
     channel: TcpPeers | None = None
     try:
         channel = TcpPeers(

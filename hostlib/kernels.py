@@ -1,0 +1,340 @@
+"""The host side's inner loops, compiled with numba: what the INA client and the transports do
+per chunk and per frame, one pass over a batch instead of a numpy call per field.
+
+Every kernel changes exactly what the Python or numpy reference beside its caller changes
+(`InaClient(compiled=False)` runs those references; tests/test_client_kernels.py checks the
+two against each other, state for state and bit for bit):
+
+- `pack_chunks`: an operation's INA payloads from its int32 values (`wire.pack_payloads`);
+- `take_results`: a batch of received records: match each to its chunk, and if every one is
+  a first result of a chunk in flight (or not this job's), complete them: the result lanes
+  in place, the RTT samples through RFC 6298's recursion, the window's base
+  (`_Exchange.take_first_results` and the record loop of `_Exchange.take`);
+- `sent_new`: the bookkeeping of new chunks just sent (`_Exchange.transmit`);
+- `frame_records`, `payload_offsets`, `copy_rows`: frames onto a loopback wire's stream, and
+  the INA payloads of received frames found and copied out (`transport.ina_payloads`).
+
+Records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets come from
+that dtype. No fastmath: the RTT recursion must round as Python's floats do.
+
+Compiled on first use (about a second each) and cached on disk (`cache=True`: in __pycache__
+beside this file, or under NUMBA_CACHE_DIR); `warm_up` loads them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numpy as np
+from numba import njit
+
+from inaemu.hostlib.wire import (
+    ETHERTYPE_IPV4,
+    FRAME_BYTES,
+    INA_BYTES,
+    INA_DTYPE,
+    INA_OFFSET,
+    IP_PROTO_UDP,
+    RUN_SHIFT,
+    SEQ_CHUNK_MASK,
+    SLOT_INDEX_MASK,
+    SLOT_SET_BIT,
+    Flag,
+    K,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _jit(fn: F) -> F:
+    """numba's njit, typed: a kernel keeps its Python signature for mypy."""
+    return cast(F, njit(cache=True, nogil=True, error_model="numpy")(fn))
+
+
+def _offset(name: str) -> int:
+    field = INA_DTYPE.fields[name] if INA_DTYPE.fields else None
+    assert field is not None
+    return int(field[1])
+
+
+VER_FLAGS, OPCODE, JOB, TREE, LANES = (
+    _offset(n) for n in ("ver_flags", "opcode", "job_id", "tree_id", "lanes")
+)
+SLOT, CONTRIB, SEQ, VALUES = (_offset(n) for n in ("slot", "contrib", "seq", "values"))
+RESULT, OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
+ETH_TYPE = 12  # byte offsets in a frame: the EtherType, the IPv4 protocol
+IP_PROTO = 23
+ETH_TYPE_HI, ETH_TYPE_LO = ETHERTYPE_IPV4 >> 8, ETHERTYPE_IPV4 & 0xFF
+
+# status of take_results
+TAKEN, DECLINED = 0, 1
+
+
+@_jit
+def _put16(r: Any, at: int, v: int) -> None:
+    r[at] = (v >> 8) & 0xFF
+    r[at + 1] = v & 0xFF
+
+
+@_jit
+def pack_chunks(
+    values: Any,
+    out: Any,
+    head: Any,
+    first: int,
+    window: int,
+    n_trees: int,
+    run: int,
+    opcode: int,
+    job_id: int,
+    ver_flags: int,
+) -> None:
+    """out[i] = `head`, then the payload of chunk first + i (INA_BYTES): `values` (flat int32)
+    cut into K lanes per chunk, the last one zero-padded, in slot (first + i) mod window of
+    set ((first + i) div window) mod 2 and tree slot mod n_trees, seq = run << 16 | chunk mod
+    2^16, contrib 1, lanes the chunk's element count."""
+    n_values = values.size
+    h = head.size
+    for i in range(out.shape[0]):
+        c = first + i
+        index = c % window
+        row = out[i]
+        for b in range(h):
+            row[b] = head[b]
+        r = row[h:]
+        r[VER_FLAGS] = ver_flags
+        r[OPCODE] = opcode
+        _put16(r, JOB, job_id)
+        r[TREE] = index % n_trees
+        lo = i * K
+        lanes = min(n_values - lo, K)
+        r[LANES] = lanes
+        _put16(r, SLOT, index | ((c // window) % 2) * SLOT_SET_BIT)
+        _put16(r, CONTRIB, 1)
+        seq = (run << RUN_SHIFT) | (c & SEQ_CHUNK_MASK)
+        _put16(r, SEQ, seq >> 16)
+        _put16(r, SEQ + 2, seq & 0xFFFF)
+        seg = values[lo : lo + lanes]
+        for j in range(seg.size):
+            v = np.uint32(seg[j])
+            at = VALUES + 4 * j
+            r[at] = v >> 24
+            r[at + 1] = (v >> 16) & 0xFF
+            r[at + 2] = (v >> 8) & 0xFF
+            r[at + 3] = v & 0xFF
+        for at in range(VALUES + 4 * seg.size, INA_BYTES):
+            r[at] = 0
+
+
+@_jit
+def _u16(buf: Any, at: int) -> Any:
+    return (np.int64(buf[at]) << 8) | np.int64(buf[at + 1])
+
+
+@_jit
+def _match(
+    buf: Any, at: int, job_id: int, run: int, window: int, first16: int, slot_latest: Any
+) -> int:
+    """The chunk the record at buf[at:] is a result of (`_Exchange.match`), -1 if none."""
+    if _u16(buf, at + JOB) != job_id or not buf[at + VER_FLAGS] & RESULT:
+        return -1
+    if _u16(buf, at + SEQ) != run:
+        return -1
+    index = _u16(buf, at + SLOT) & SLOT_INDEX_MASK
+    if index >= window:
+        return -1
+    count16 = _u16(buf, at + SEQ + 2)
+    last = slot_latest[index]
+    if last >= 0 and (first16 + last) & SEQ_CHUNK_MASK == count16:
+        return int(last)
+    if last >= window and (first16 + last - window) & SEQ_CHUNK_MASK == count16:
+        return int(last - window)
+    return -1
+
+
+@_jit
+def take_results(
+    buf: Any,
+    offsets: Any,
+    job_id: int,
+    run: int,
+    window: int,
+    first16: int,
+    slot_latest: Any,
+    done: Any,
+    deadline: Any,
+    retries: Any,
+    sent_at: Any,
+    result: Any,
+    overflow: Any,
+    answered_once: Any,
+    now: float,
+    base: int,
+    next_new: int,
+    rtt: Any,
+    alpha: float,
+    beta: float,
+    rtts: Any,
+    chunks: Any,
+) -> tuple[int, int, int, int, int]:
+    """A batch of received records (record j at buf[offsets[j]:], INA_BYTES): (status, new
+    results, overflowed ones, RTT samples, the window's base after them).
+
+    DECLINED, with nothing changed, unless every record is either not a result of this
+    operation (`_match`: -1) or the first result of a different chunk in flight (not done,
+    a finite deadline). Else TAKEN: each such chunk is done, its lanes in `result`, its
+    OVERFLOW flag in `overflow`, its deadline infinite; a chunk sent once (retries 0) gives an
+    RTT sample, now - sent_at, in `rtts` in record order and through RFC 6298's recursion on
+    `rtt` = [has SRTT, SRTT, RTTVAR, min RTT] with gains alpha, beta
+    (`RttEstimator.sample_many`), and raises its tree's `answered_once`; the base moves past
+    the done chunks below `next_new`. `chunks`: room for the matches, one per record."""
+    n = offsets.size
+    n_trees = answered_once.size
+    for j in range(n):
+        i = _match(buf, offsets[j], job_id, run, window, first16, slot_latest)
+        chunks[j] = i
+        if i >= 0 and (done[i] or deadline[i] == np.inf):  # a duplicate, or presumed lost
+            for k in range(j):
+                if chunks[k] >= 0:
+                    done[chunks[k]] = False
+            return DECLINED, 0, 0, 0, base
+        if i >= 0:
+            done[i] = True  # marks it for the duplicate test of the records after it
+    has, srtt, rttvar, low = rtt[0], rtt[1], rtt[2], rtt[3]
+    n_new = n_over = n_rtts = 0
+    for j in range(n):
+        i = chunks[j]
+        if i < 0:
+            continue
+        n_new += 1
+        r = buf[offsets[j] : offsets[j] + INA_BYTES]
+        row = result[i]
+        for lane in range(K):
+            at = VALUES + 4 * lane
+            word = (
+                (np.uint32(r[at]) << 24)
+                | (np.uint32(r[at + 1]) << 16)
+                | (np.uint32(r[at + 2]) << 8)
+                | np.uint32(r[at + 3])
+            )
+            row[lane] = np.int32(word)
+        if r[VER_FLAGS] & OVERFLOW:
+            overflow[i] = True
+            n_over += 1
+        deadline[i] = np.inf
+        if retries[i] == 0:
+            sample = now - sent_at[i]
+            rtts[n_rtts] = sample
+            n_rtts += 1
+            clamped = max(sample, 0.0)
+            if has == 0.0:
+                srtt, rttvar, has = clamped, clamped / 2, 1.0
+            else:
+                rttvar = (1 - beta) * rttvar + beta * abs(srtt - clamped)
+                srtt = (1 - alpha) * srtt + alpha * clamped
+            low = min(low, clamped)
+            tree = i % n_trees
+            if i > answered_once[tree]:
+                answered_once[tree] = i
+    rtt[0], rtt[1], rtt[2], rtt[3] = has, srtt, rttvar, low
+    if n_new:
+        while base < next_new and done[base]:
+            base += 1
+    return TAKEN, n_new, n_over, n_rtts, base
+
+
+@_jit
+def sent_new(
+    sent_at: Any,
+    tx: Any,
+    deadline: Any,
+    slot_latest: Any,
+    start: int,
+    stop: int,
+    first: int,
+    now: float,
+    due: float,
+    tx0: int,
+) -> None:
+    """New chunks start..stop-1 went out at `now`: their send time, transmission numbers from
+    tx0, deadline `due`, and each is now the latest chunk of its slot."""
+    window = slot_latest.size
+    for i in range(start, stop):
+        sent_at[i] = now
+        tx[i] = tx0 + i - start
+        deadline[i] = due
+        slot_latest[(first + i) % window] = i
+
+
+@_jit
+def frame_records(payloads: Any, head: Any, out: Any) -> None:
+    """out = one record per payload row, back to back: `head` (a record's length and the
+    frame's Ethernet/IPv4/UDP headers) then the payload."""
+    h = head.size
+    step = h + payloads.shape[1]
+    for i in range(payloads.shape[0]):
+        at = i * step
+        for b in range(h):
+            out[at + b] = head[b]
+        row = payloads[i]
+        for b in range(row.size):
+            out[at + h + b] = row[b]
+
+
+@_jit
+def payload_offsets(
+    buf: Any, offsets: Any, lengths: Any, min_length: int, skip: int, check: bool, out: Any
+) -> int:
+    """Where the INA payloads start (byte `skip` of each frame) of the frames
+    buf[offsets[i]:][:lengths[i]] at least `min_length` long and, with `check`, IPv4/UDP: into
+    `out`, in order; how many."""
+    n = 0
+    for i in range(offsets.size):
+        if lengths[i] < min_length:
+            continue
+        at = offsets[i]
+        if check and (
+            buf[at + ETH_TYPE] != ETH_TYPE_HI
+            or buf[at + ETH_TYPE + 1] != ETH_TYPE_LO
+            or buf[at + IP_PROTO] != IP_PROTO_UDP
+        ):
+            continue
+        out[n] = at + skip
+        n += 1
+    return n
+
+
+@_jit
+def copy_rows(buf: Any, offsets: Any, out: Any) -> None:
+    """out[j] = a row's width of bytes from buf[offsets[j]]."""
+    for j in range(offsets.size):
+        row = out[j]
+        src = offsets[j]
+        for b in range(row.size):
+            row[b] = buf[src + b]
+
+
+def warm_up() -> float:
+    """Load (or compile) every kernel here, so that the first operation does not wait for
+    numba; the seconds it took."""
+    started = time.perf_counter()
+    recs = np.zeros((1, INA_BYTES), np.uint8)
+    head = np.zeros(2 + INA_OFFSET, np.uint8)
+    for out, h in ((recs, head[:0]), (np.zeros((1, head.size + INA_BYTES), np.uint8), head)):
+        pack_chunks(np.zeros(1, np.int32), out, h, 0, 1, 1, 0, 0, 0, 0)
+    flags = np.zeros(1, np.bool_)
+    times = np.zeros(1, np.float64)
+    ints = np.zeros(1, np.int64)
+    take_results(
+        recs.reshape(-1), ints, 0, 0, 1, 0, ints.copy(), flags, times.copy(),
+        np.zeros(1, np.int32), times, np.zeros((1, K), np.int32), flags.copy(), ints.copy(),
+        0.0, 0, 0, np.zeros(4), 0.1, 0.1, times.copy(), ints.copy(),
+    )  # fmt: skip
+    sent_new(times, ints, times.copy(), ints.copy(), 0, 0, 0, 0.0, 0.0, 0)
+    frames = np.zeros(FRAME_BYTES + 2, np.uint8)
+    frame_records(recs, head, frames)
+    payload_offsets(frames, ints, ints, FRAME_BYTES, INA_OFFSET, True, ints.copy())
+    copy_rows(frames, ints, recs)
+    return time.perf_counter() - started
