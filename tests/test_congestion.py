@@ -23,14 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inaemu.hostlib.client as client_mod
-from inaemu.hostlib.client import (
-    ClientStats,
-    CongestionWindow,
-    InaClient,
-    InaTimeoutError,
-    RttEstimator,
-    _Exchange,
-)
+from inaemu.hostlib.client import ClientStats, InaClient, InaTimeoutError, _Exchange
+from inaemu.hostlib.congestion import CongestionWindow, RttEstimator
 from inaemu.hostlib.wire import (
     INA_DTYPE,
     INA_VERSION,
