@@ -14,14 +14,15 @@ number (median and spread over repeats) and the alpha-beta model's, side by side
   gradient densities of small models trained here (measured and printed).
 
 Every comparison is `inaemu mininet` (or, for INA at a density, `python -m
-inaemu.mininet.papers_ina`) started as a subprocess under `flock /tmp/inaemu-heavy.lock`, one
-network per repeat, so that other heavy runs on the machine get in between; every result is
-checked by the runner (exact, or within the codec's error bound) and its `summary.json` is
-what this reads (with the runner's bottleneck accounting fields when it writes them). The
-model is `collectives.check.predict_seconds` for a host collective (the checker's steps and
-busiest-link bytes; alpha = `--alpha-ms` per step; TCP/IP framing of 1514-byte frames for
-1448 bytes of payload), and for INA the codec's phases on the reference switch
-(`codecs.simulate_allreduce`: 312-byte frames per phase on the host link, alpha per phase).
+inaemu.mininet.papers_ina`) started as a subprocess, one network per repeat (with `--lock
+FILE`, each under `flock FILE`, so that other heavy runs taking that lock get in between);
+every result is checked by the runner (exact, or within the codec's error bound) and its
+`summary.json` is what this reads (with the runner's bottleneck accounting fields when it
+writes them). The model is `collectives.check.predict_seconds` for a host collective (the
+checker's steps and busiest-link bytes; alpha = `--alpha-ms` per step; TCP/IP framing of
+1514-byte frames for 1448 bytes of payload), and for INA the codec's phases on the reference
+switch (`codecs.simulate_allreduce`: 312-byte frames per phase on the host link, alpha per
+phase).
 
 Writes into `--out`: `<paper>.md` (the tables), `<paper>.png` (the plot), `papers.json`
 (everything: every run, medians, ratios, model, claims, densities, timings), `runs/` (each
@@ -48,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCK = Path("/tmp/inaemu-heavy.lock")
 DEFAULT_OUT = Path("build/papers")
 PAPERS = ("multitree", "eflops", "inceptionn", "sketch")
 LINK_SLACK = 1.5  # completion within this of the busiest link's bytes at its rate: links-bound
@@ -319,11 +319,19 @@ def points_of(comp: Comparison, repeat: int, summary: dict[str, Any] | None) -> 
 
 
 @contextlib.contextmanager
-def heavy_lock() -> Iterator[float]:
-    """`flock /tmp/inaemu-heavy.lock` for one comparison; yields the seconds waited."""
+def heavy_lock(path: Path | None) -> Iterator[float]:
+    """`flock path` for one comparison (nothing without a path); yields the seconds waited.
+    Opt-in (`--lock`): a suite run under `flock` on the same file would wait for itself."""
+    if path is None:
+        yield 0.0
+        return
     started = time.monotonic()
-    with LOCK.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with path.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"bench/papers.py: waiting for the lock {path} (another run holds it)")
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield time.monotonic() - started
         finally:
@@ -331,14 +339,14 @@ def heavy_lock() -> Iterator[float]:
 
 
 def run_comparison(
-    comp: Comparison, repeat: int, out: Path, timings: list[dict[str, Any]]
+    comp: Comparison, repeat: int, out: Path, timings: list[dict[str, Any]], lock: Path | None
 ) -> list[Point]:
     run_dir = out / "runs" / comp.name / f"r{repeat}"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"r{repeat}.log"
     argv = [sys.executable, *comp.argv(run_dir)]
     (run_dir / "summary.json").unlink(missing_ok=True)
-    with heavy_lock() as waited, log.open("w") as f:
+    with heavy_lock(lock) as waited, log.open("w") as f:
         started = time.monotonic()
         f.write(" ".join(argv) + "\n")
         f.flush()
@@ -858,7 +866,9 @@ def scale_trend(paper: str, model: Model, bw: float) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------- training (INCEPTIONN)
 
 
-def run_training(out: Path, bw: float, steps: int, timings: list[dict[str, Any]]) -> dict[str, Any]:
+def run_training(
+    out: Path, bw: float, steps: int, timings: list[dict[str, Any]], lock: Path | None
+) -> dict[str, Any]:
     """`inaemu train` on Mininet star:4: the worker-aggregator and the ring, plain and with
     INCEPTIONN; iterations and training time to the baseline's accuracy."""
     dest = out / "runs" / "train"
@@ -884,7 +894,7 @@ def run_training(out: Path, bw: float, steps: int, timings: list[dict[str, Any]]
     ]
     dest.mkdir(parents=True, exist_ok=True)
     log = out / "runs" / "train.log"
-    with heavy_lock() as waited, log.open("w") as f:
+    with heavy_lock(lock) as waited, log.open("w") as f:
         started = time.monotonic()
         proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
         took = time.monotonic() - started
@@ -1295,6 +1305,14 @@ def main(argv: list[str] | None = None) -> int:
         default=5.0,
         help="the model's cost per step (host collectives) or per phase (INA), ms (5)",
     )
+    ap.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="take `flock FILE` for each network, so that other heavy runs holding the same "
+        "lock get in between (default: none)",
+    )
     ap.add_argument("--no-train", action="store_true", help="skip the INCEPTIONN training run")
     ap.add_argument("--train-steps", type=arg.positive("steps", 10_000), default=100)
     ap.add_argument(
@@ -1378,10 +1396,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(repeats):  # repeat-major: drift on the shared machine spreads over all
         for p in papers:
             for comp in comps[p]:
-                points += run_comparison(comp, r, out, timings)
+                points += run_comparison(comp, r, out, timings, args.lock)
     train: dict[str, Any] | None = None
     if "inceptionn" in papers and not args.quick and not args.no_train:
-        train = run_training(out, 16.0, args.train_steps, timings)
+        train = run_training(out, 16.0, args.train_steps, timings, args.lock)
         if train.get("ok"):
             raw = json.loads((out / "runs" / "train" / "train.json").read_text())
             train["curves"] = {
@@ -1400,7 +1418,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "papers.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(
         f"bench/papers.py: {len(points)} results in {report['seconds']:.0f} s "
-        f"({report['lock_wait_seconds']:.0f} s of it waiting for the heavy lock), "
+        f"({report['lock_wait_seconds']:.0f} s of it waiting for the lock), "
         + ("every one checked and verified" if verified else "SOME FAILED (see the logs)")
         + f"; {out / 'papers.json'}"
     )

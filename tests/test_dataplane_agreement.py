@@ -509,3 +509,29 @@ def test_fast_and_reference_agree(seed: int, setup: list[Change], data: st.DataO
             step(ref)
             step(fast)
         assert state(fast) == state(ref), f"step {n}: the state differs after {step!r:.300}"
+
+
+def test_watched_tables_count_changes_and_keep_their_checks() -> None:
+    """The fast data plane recompiles its tables when the change log moves: every table
+    change counts once, a refused one counts nothing (LPM's prefix checks still apply)."""
+    from inaemu.softswitch.fast.pipeline import ChangeLog, WatchedExactTable, WatchedLpmTable
+    from inaemu.softswitch.state import StateError
+
+    log = ChangeLog()
+    drop = ActionCall("drop", ())
+    exact = WatchedExactTable("t", 4, drop, log=log)
+    lpm = WatchedLpmTable("r", 4, drop, log=log)
+    exact.insert(TableEntry((1,), drop))
+    lpm.insert(TableEntry((0x0A000000, 8), drop))
+    lpm.modify((0x0A000000, 8), ActionCall("fwd", (2,)))
+    lpm.set_default(ActionCall("fwd", (1,)))
+    assert log.version == 4
+    try:
+        lpm.insert(TableEntry((0x0A000001, 8), drop))  # bits past the prefix
+    except StateError:
+        pass
+    else:
+        raise AssertionError("an LPM key with bits past its prefix was accepted")
+    lpm.delete((0x0A000000, 8))
+    assert log.version == 5
+    assert lpm.lookup((0x0A0000FF,)) is None

@@ -183,3 +183,28 @@ def test_quick_suite_checks_every_result(mininet_ready: None, tmp_path: Path) ->
         for c in paper["cells"]:
             assert c["model"] > 0  # the alpha-beta prediction beside every point
     assert report["papers"]["sketch"]["densities"]  # measured from real gradients
+
+
+def test_the_lock_is_opt_in_and_waits_for_its_holder(papers: ModuleType, tmp_path: Path) -> None:
+    """Without --lock the suite takes no lock (run under `flock FILE` it would otherwise wait
+    for itself forever); with one it waits until the holder lets go."""
+    import fcntl
+    import threading
+
+    lock = tmp_path / "heavy.lock"
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with papers.heavy_lock(None) as waited:
+            assert waited == 0.0
+        got = threading.Event()
+
+        def take() -> None:
+            with papers.heavy_lock(lock):
+                got.set()
+
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        assert not got.wait(0.3)  # the holder still has it
+        fcntl.flock(held, fcntl.LOCK_UN)
+        assert got.wait(10)
+        taker.join(10)

@@ -134,26 +134,9 @@ class WatchedExactTable(ExactTable):
 
 
 @dataclass
-class WatchedLpmTable(LpmTable):
-    """An LPM table whose methods count their changes."""
-
-    log: ChangeLog = field(default_factory=ChangeLog)
-
-    def insert(self, entry: TableEntry) -> None:
-        super().insert(entry)
-        self.log.bump()
-
-    def modify(self, key: tuple[int, ...], action: ActionCall) -> None:
-        super().modify(key, action)
-        self.log.bump()
-
-    def delete(self, key: tuple[int, ...]) -> None:
-        super().delete(key)
-        self.log.bump()
-
-    def set_default(self, action: ActionCall) -> None:
-        super().set_default(action)
-        self.log.bump()
+class WatchedLpmTable(LpmTable, WatchedExactTable):
+    """An LPM table whose methods count their changes (LpmTable's checks, then
+    WatchedExactTable's count, through the method resolution order)."""
 
 
 @dataclass
