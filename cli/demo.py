@@ -118,6 +118,8 @@ class DemoReport:
             f"  time            {slowest:.2f} s allreduce ({self.wall:.2f} s {checks})",
             f"  throughput      {o.size / slowest:,.0f} elements/s per worker"
             f" ({o.size * o.workers / slowest:,.0f} summed/s)",
+            "  bound           this machine's processes, not a network: embedded links have no "
+            "rate (a network's numbers: inaemu mininet --bw)",
             f"  packets         {rx:,} {into}, {tx:,} out ({FRAME_BYTES} B frames, K={K})",
             f"  on the wire     {r0.bytes_sent / 1e6:.2f} MB per worker "
             f"({r0.bytes_sent / o.size:.3f} B/element, {r0.packets_sent:,} packets)",
