@@ -590,16 +590,17 @@ def report(
 ) -> None:
     for line in render_table(summary["summary"]):
         say(line)
-    bound = (
-        "bmv2's packet rate"
+    switches = (
+        "bmv2 (its packet rate)"
         if opts.mininet and opts.switch == "bmv2"
-        else "the softswitch's packet rate (a Python pipeline)"
+        else "the softswitches (compiled data plane)"
     )
     say(
-        f"  times are the emulator's: {bound}, with the switches and {len(summary['workers'])} "
-        f"workers sharing {os.cpu_count() or 1} cores, bounds the allreduces"
+        f"  times are the emulator's, not a network's: {switches} and "
+        f"{len(summary['workers'])} workers share {os.cpu_count() or 1} cores"
         + (f" (links {opts.bw:g} Mbit/s)" if opts.bw else "")
-        + "; max |loss - gloo|: over the iterations, the loss averaged over the ranks"
+        + " (bench/bench_ddp.py measures what bounds them); max |loss - gloo|: over the "
+        "iterations, the loss averaged over the ranks"
     )
     workers = len(summary["workers"])
     title = f"{opts.script.name}: {workers} workers, {summary['topology']}, {summary['network']}"
