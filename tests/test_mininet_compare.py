@@ -50,7 +50,14 @@ from inaemu.mininet.compare import (
 )
 from inaemu.mininet.report import report_comparison
 from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
-from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
+from inaemu.mininet.scenario import (
+    LinkUse,
+    RunDir,
+    htb_burst,
+    htb_commands,
+    link_ends,
+    link_shaping,
+)
 from inaemu.topology.builders import from_spec, star
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import FlowRoutes
@@ -542,6 +549,16 @@ def test_the_floor_is_what_the_checkers_bytes_need_at_the_shaped_rates(
     model = max(n / (routes.capacity(lk) * bw * 1e6 / 8) for lk, n in carried.items())
     assert row.floor_seconds == pytest.approx(model)
     assert sum(carried.values()) == row.link_bytes_total  # every byte found its link
+
+
+def test_a_shaped_link_may_catch_up_on_five_milliseconds_of_its_rate() -> None:
+    """Both htb buckets (burst and cburst) hold 5 ms of the link's rate, at least 1,600 bytes:
+    with Mininet's one-frame cburst a link shaped to 44 or 88 Mbit/s carried about 20 on a
+    busy machine (docs/mininet.md, "Links")."""
+    assert [htb_burst(bw) for bw in (2.0, 44.0, 88.0, 1000.0)] == [1600, 27500, 55000, 625000]
+    qdisc, cls = htb_commands(44.0)
+    assert qdisc == "%s qdisc add dev %s root handle 5:0 htb default 1"
+    assert cls.endswith("htb rate 44.000000Mbit burst 27500 cburst 27500")
 
 
 def test_bw_auto_counts_each_link_in_units_of_bw() -> None:
