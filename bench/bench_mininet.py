@@ -16,7 +16,9 @@ verified by the runner):
    interleaved, and printed side by side: the median limit of each, its spread, the ratio of
    the medians (and per pair), and what bounded the median run (the runner's accounting).
 2. **shaped**: the links set to `--share` (default 0.5) of that limit
-   (`accounting.choose_bw`), so that the links and not the switch bound the run, and M chosen
+   (`accounting.choose_bw`), checked as `--bw auto` checks it (one shaped run of about a
+   second of link time; not links-bound: step down, `accounting.next_bw`), so that the links
+   and not the switch bound the run, and M chosen
    so that M * 8 / bw is about `--seconds`. Per run: `x M*8/bw`, the completion time over the
    time the payload alone needs at the link rate, and `x wire`, over the time the busiest host
    link's bytes (frames with their headers, every retransmission included) need at that rate;
@@ -53,7 +55,14 @@ if str(ROOT) not in sys.path:
 
 from inaemu.hostlib import args as arg  # noqa: E402
 from inaemu.hostlib.wire import FRAME_BYTES, K  # noqa: E402
-from inaemu.mininet.accounting import Capacity, capacity, choose_bw  # noqa: E402
+from inaemu.mininet.accounting import (  # noqa: E402
+    BW_CHECKS,
+    Capacity,
+    capacity,
+    check_size,
+    choose_bw,
+    next_bw,
+)
 from inaemu.softswitch.fast.dataplanes import DATAPLANES  # noqa: E402
 
 PAYLOAD_BYTES = 4 * K  # int32 lanes per frame
@@ -198,6 +207,37 @@ def limits(
     return medians[first][0]
 
 
+def checked_bw(
+    topo: str,
+    kind: str,
+    cap: Capacity,
+    bw: float,
+    tmp: Path,
+    dataplane: str | None,
+    window: int | None,
+) -> float:
+    """As `inaemu mininet --bw auto` checks its rate (`mininet.run.check_bw`): one shaped run
+    of about a second of link time at `bw`; if the links did not bound it, step down
+    (`accounting.next_bw`) and check again, at most `BW_CHECKS` runs. Prints each check."""
+    for _ in range(BW_CHECKS):
+        size = check_size(cap, bw)
+        run = run_scenario(topo, kind, size, bw, tmp, dataplane, window)
+        carried = capacity("ina", run.size, run.seconds, run.directions)
+        after = next_bw(bw, run.bound, None if carried is None else carried.mbit)
+        step = "kept" if after == bw else f"stepping down to {after:g} Mbit/s"
+        print(
+            f"# {topo} on {kind}: checked {bw:g} Mbit/s ({run.payload_bytes / 2**20:.1f} MiB "
+            f"per worker, {run.seconds:.2f} s): {run.bound}-bound, {step}; "
+            f"{run.row.get('bound_reason', '')}",
+            flush=True,
+        )
+        if after == bw:
+            return bw
+        bw = after
+    print(f"# {topo} on {kind}: no rate links-bound in {BW_CHECKS} checks; {bw:g} unchecked")
+    return bw
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return bench(argv)
@@ -267,6 +307,7 @@ def bench(argv: list[str] | None) -> int:
                         topo, args.dataplane, args.probes, args.probe_size, args.window, tmp
                     )
                     limit, bw = cap.mbit, choose_bw([cap], margin=args.share).bw
+                    bw = checked_bw(topo, kind, cap, bw, tmp, plane, args.window)
                     print(f"# {topo} on {kind}: shaped at {bw:g} Mbit/s ({plane})", flush=True)
                 else:
                     probe = run_scenario(topo, kind, args.probe_size, None, tmp, None, args.window)
@@ -274,11 +315,13 @@ def bench(argv: list[str] | None) -> int:
                     if found is None:
                         raise RuntimeError(f"{topo} on {kind}: the unshaped run has no time")
                     limit, bw = found.mbit, choose_bw([found], margin=args.share).bw
+                    first = bw
+                    bw = checked_bw(topo, kind, found, bw, tmp, None, args.window)
                     print(
                         f"# {topo} on {kind}: unshaped {probe.seconds:.2f} s for "
                         f"{probe.payload_bytes / 2**20:.1f} MiB per worker: the switch's limit "
                         f"{limit:.1f} Mbit/s on the busiest link ({found.link}); shaped at "
-                        f"{bw:g} Mbit/s; {probe.row.get('bound_reason', '')}",
+                        f"{bw:g} Mbit/s (first {first:g}); {probe.row.get('bound_reason', '')}",
                         flush=True,
                     )
                 size = max(MIN_SIZE, int(args.seconds * bw * 1e6 / 8 / 4) // K * K)

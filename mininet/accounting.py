@@ -50,7 +50,11 @@ verdict.
 **`--bw auto`** (`capacity`, `choose_bw`): an unshaped run of each algorithm shows the rate
 its busiest link reached when only the emulator limited it (in units of `--bw`: a link shaped
 to k times `--bw` counts its bytes / k); links set to `BW_MARGIN` (half) of the slowest such
-rate leave the emulator room, so that the links bound the shaped runs.
+rate leave the emulator room, so that the links bound the shaped runs. The shaped network is
+not the unshaped one (its qdiscs cost the kernel), so the rate is then checked (`check_size`,
+`next_bw`): one shaped run of the slowest algorithm, about `CHECK_SECONDS` of link time at the
+rate; if the links did not bound it, the rate steps down (`STEP_DOWN` of the lower of the rate
+and what the run's busiest link carried) and is checked again, at most `BW_CHECKS` times.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ CPU_BUSY = 0.9  # a process at this share of one core or more is saturated
 MACHINE_BUSY = 0.9  # the machine's cores together
 LINK_SLACK = 1.5  # completion more than this times the link floor: the links did not bound it
 BW_MARGIN = 0.5  # --bw auto: this share of the emulator's measured capacity
+BW_CHECKS = 3  # --bw auto: shaped check runs at most
+CHECK_SECONDS = 1.0  # --bw auto: a check run's link floor at the rate it checks
+STEP_DOWN = 0.7  # --bw auto: a rate the links did not bound -> this share of what it carried
 SAMPLE_EVERY = 0.05  # seconds between CPU samples
 RULE = (
     "links: the busiest link's bytes at its rate (the link floor) take at least "
@@ -634,3 +641,27 @@ def choose_bw(
     if bw < two_digits_down(margin * slowest.mbit):
         reason += f" capped at {most:g}"
     return BwChoice(bw, slowest, margin, reason)
+
+
+def check_size(
+    cap: Capacity, bw: float, *, seconds: float = CHECK_SECONDS, most: int = 1 << 26
+) -> int:
+    """Elements per worker for a shaped run of `cap`'s algorithm whose busiest link needs
+    about `seconds` at `bw` (the unshaped run's size scaled by its link time at `bw`), at
+    least that run's size, at most `most`."""
+    floor = cap.mbit * cap.seconds / bw  # the unshaped run's busiest bytes at bw, seconds
+    return max(cap.size, min(most, math.ceil(cap.size * seconds / floor)))
+
+
+def next_bw(bw: float, bound_by: str, carried: float | None, *, step: float = STEP_DOWN) -> float:
+    """After a shaped check run at `bw` (`bound_by`: `classify`'s verdict; `carried`: the rate
+    its busiest link reached, in units of --bw, None if unknown): `bw` itself if the links
+    bound it, else `step` of the lower of `bw` and `carried`, two digits down. ValueError if
+    that leaves nothing."""
+    if bound_by == "links":
+        return bw
+    lower = min(bw, carried) if carried is not None and carried > 0 else bw
+    out = two_digits_down(step * lower)
+    if out <= 0:
+        raise ValueError(f"no rate below {bw:g} Mbit/s left to try; give --bw")
+    return out

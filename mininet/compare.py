@@ -42,6 +42,7 @@ import numpy.typing as npt
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
 from inaemu.mininet.accounting import (
+    Bound,
     LinkLoad,
     Usage,
     classify,
@@ -241,6 +242,24 @@ def busiest(
     return best
 
 
+def bound_of(
+    seconds: float,
+    uses: Sequence[LinkUse],
+    bandwidths: Sequence[float | None],
+    usage: Usage | None,
+    drops: Mapping[str, Mapping[str, int]] | None,
+    queue_drops: Mapping[str, int] | None,
+) -> tuple[list[LinkLoad], LinkLoad | None, Bound]:
+    """Each link direction's load, the busiest (the floor) and what bounded the run
+    (`accounting.classify`; the arguments as `make_row`'s)."""
+    loads = link_loads(directions(uses, bandwidths), seconds)
+    floor = link_floor(loads)
+    lost = None if drops is None else emulator_drops(drops, queue_drops or {})
+    queued = sum((queue_drops or {}).values())
+    bound = classify(seconds, floor, usage, lost, shaped=floor is not None, queued=queued)
+    return loads, floor, bound
+
+
 def make_row(
     algo: str,
     size: int,
@@ -269,11 +288,7 @@ def make_row(
     share = None
     if bw is not None and math.isfinite(seconds) and seconds > 0:
         share = carried / (bw * 1e6 / 8 * seconds)
-    loads = link_loads(directions(uses, bandwidths), seconds)
-    floor = link_floor(loads)
-    lost = None if drops is None else emulator_drops(drops, queue_drops or {})
-    queued = sum((queue_drops or {}).values())
-    bound = classify(seconds, floor, usage, lost, shaped=floor is not None, queued=queued)
+    loads, floor, bound = bound_of(seconds, uses, bandwidths, usage, drops, queue_drops)
     all_problems = [*problems, *verdict.problems]
     return Row(
         algo=algo,

@@ -12,6 +12,8 @@ program; `inaemu pipeline push` installs ina.p4.
   line); with `pcap_dir`, one tcpdump per interface.
 - `Bmv2Node`: bmv2's `simple_switch_grpc --no-p4` with its own gRPC and thrift ports, its
   notifications socket and log under the run's directories, and `--pcap` when asked.
+- `ShapedLink`: Mininet's TCLink with both of htb's buckets a few milliseconds of the rate
+  (`scenario.htb_burst`), so that a link carries its rate on a busy machine.
 - `InaHost`: IPv6 off from the start (no router solicitations, DAD or MLD on the switch's
   ports), transmit offloads off (`offload`: TCP checksums and segments made by the kernel, so
   that host-to-host TCP crosses a user-space switch), then what docs/protocol.md section 8
@@ -39,12 +41,15 @@ from typing import IO, Any, ClassVar
 
 from inaemu.controller.bmv2 import notifications_address, simple_switch_grpc_argv
 from inaemu.mininet.debian import load
+from inaemu.mininet.scenario import htb_commands
 from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
 
 mn = load()
 # Mininet's classes (untyped): bases of the nodes below
 _Switch: Any = mn.node.Switch
 _Host: Any = mn.node.Host
+_TCIntf: Any = mn.link.TCIntf
+_TCLink: Any = mn.link.TCLink
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
@@ -382,3 +387,23 @@ class InaHost(_Host):  # type: ignore[misc]
             if errors.strip():
                 raise RuntimeError(f"{self.name}: host set-up for {agg_ip} failed: {errors}")
         return r
+
+
+class ShapedIntf(_TCIntf):  # type: ignore[misc]
+    """Mininet's TCIntf, but a bandwidth alone is shaped by `scenario.htb_commands` (burst
+    and cburst `htb_burst`, not Mininet's burst 15k with tc's one-frame cburst)."""
+
+    def bwCmds(self, bw: float | None = None, **options: Any) -> tuple[list[str], str]:
+        if bw is None or any(options.values()) or not 0 < bw <= self.bwParamMax:
+            got: tuple[list[str], str] = super().bwCmds(bw=bw, **options)
+            return got
+        return htb_commands(bw), " parent 5:1 "
+
+
+class ShapedLink(_TCLink):  # type: ignore[misc]
+    """A TCLink of two `ShapedIntf`s."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("cls1", ShapedIntf)
+        kwargs.setdefault("cls2", ShapedIntf)
+        super().__init__(*args, **kwargs)

@@ -56,12 +56,15 @@ from inaemu.hostlib import args as arg
 from inaemu.hostlib.wire import K
 from inaemu.mininet import debian
 from inaemu.mininet.accounting import (
+    BW_CHECKS,
     BW_MARGIN,
     RULE,
     BwChoice,
     Capacity,
     capacity,
+    check_size,
     choose_bw,
+    next_bw,
 )
 from inaemu.mininet.algo_run import (
     PROGRESS_EVERY,
@@ -84,6 +87,7 @@ from inaemu.mininet.algos import (
 )
 from inaemu.mininet.compare import (
     REPEATS,
+    bound_of,
     points,
 )
 from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
@@ -105,6 +109,7 @@ from inaemu.topology.model import Topology, TopologyError
 from inaemu.topology.routes import DIRECT_ROLES, NODE_PORTS
 
 PROBE_SIZE = 256 << 10  # --bw auto: elements per worker of the unshaped runs (at most)
+CHECK_MOST = 1 << 24  # --bw auto: elements per worker of a shaped check run (at most)
 RUNS_DIR = "inaemu-mininet"  # the default run dirs' folder, in the temp dir
 
 
@@ -436,6 +441,78 @@ def probe_bw(
         raise ScenarioError(f"--bw auto: {exc}") from None
 
 
+def check_bw(
+    topo: Topology,
+    run: RunDir,
+    options: NetOptions,
+    program: Path | None,
+    choice: BwChoice,
+    algo: Algorithm,
+    spec_for: Any,
+    most: int,
+    args: argparse.Namespace,
+    say: Any,
+) -> tuple[float, list[dict[str, Any]]]:
+    """`--bw auto`, after `probe_bw`: one shaped run of the slowest algorithm (`algo`) at the
+    chosen rate, sized for about `accounting.CHECK_SECONDS` of link time (`check_size`, at
+    most `most` elements), on a network of its own (logs under bw-check-<n>/); if the links
+    did not bound it, the rate steps down (`next_bw`) and is checked again, at most
+    `BW_CHECKS` runs. The rate to use and each check's numbers."""
+    bw, checks = choice.bw, []
+    for n in range(1, BW_CHECKS + 1):
+        size = check_size(choice.slowest, bw, most=most)
+        shaped = dataclasses.replace(options, bw=bw, pcap=False)
+        bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]
+        where = RunDir.make(run.root / f"bw-check-{n}")
+        with Scenario(topo, where, shaped, program=program) as sc:
+            sc.program()
+            [r] = run_algorithms(sc, [(algo, spec_for(size))], args.limit, say, args.progress)
+        for o in r.outcomes:  # only its time and links count
+            (r.results / f"{o.host}.npy").unlink(missing_ok=True)
+        if r.crashed or any(o.returncode != 0 for o in r.outcomes):
+            raise ScenarioError(
+                f"--bw auto: {algo.name}'s check run at {bw:g} Mbit/s failed (logs in "
+                f"{where.logs}); give --bw"
+            )
+        seconds, _ = completion(r.outcomes)
+        _, _, bound = bound_of(seconds, r.links, bandwidths, r.usage, r.drops, r.queue_drops)
+        ways = []
+        for u, k in zip(r.links, bw_scales(topo, args.node_ports), strict=True):
+            ways += [(f"{u.a} -> {u.b}", u.a_to_b, k), (f"{u.b} -> {u.a}", u.b_to_a, k)]
+        carried = capacity(algo.name, size, seconds, ways)
+        mbit = None if carried is None else carried.mbit
+        try:
+            after = next_bw(bw, bound.by, mbit)
+        except ValueError as exc:
+            raise ScenarioError(f"--bw auto: {exc}") from None
+        checks.append(
+            {
+                "mbit": bw,
+                "size": size,
+                "seconds": seconds,
+                "carried_mbit": mbit,
+                "bound_by": bound.by,
+                "bound_reason": bound.reason,
+            }
+        )
+        verdict = f"{bound.by}-bound: {bound.reason}"
+        if after == bw:
+            say(f"--bw auto: checked {bw:g} Mbit/s ({algo.name} x {size:,}): {verdict}")
+            return bw, checks
+        say(
+            f"--bw auto: checked {bw:g} Mbit/s ({algo.name} x {size:,}): not links-bound, "
+            f"{verdict}; stepping down to {after:g} Mbit/s",
+            flush=True,
+        )
+        bw = after
+    say(
+        f"--bw auto: no rate was links-bound in {BW_CHECKS} checks; using {bw:g} Mbit/s "
+        "unchecked (the table says what bounded each run)",
+        flush=True,
+    )
+    return bw, checks
+
+
 def run_scenario(args: argparse.Namespace) -> int:
     say = print
     sizes: list[int] = args.sizes or [args.size or parse_size("256K")]
@@ -548,7 +625,12 @@ def run_scenario(args: argparse.Namespace) -> int:
             )
             probe_plan = [(a, spec_for(probe)) for a in algos]
             choice, caps = probe_bw(topo, run, options, program, probe_plan, scales, args, say)
-            bw = choice.bw
+            say(f"--bw auto: {choice.reason}", flush=True)
+            slowest = next(a for a in algos if a.name == choice.slowest.algo)
+            most = min(CHECK_MOST, arg.MAX_ELEMENTS // len(workers))
+            bw, checks = check_bw(
+                topo, run, options, program, choice, slowest, spec_for, most, args, say
+            )
             options = dataclasses.replace(options, bw=bw)
             bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]
             shaped = links_text(bw, args.node_ports, direct, auto=True)
@@ -556,6 +638,8 @@ def run_scenario(args: argparse.Namespace) -> int:
                 bw_mbit=bw,
                 bw_auto={
                     "chosen_mbit": bw,
+                    "first_mbit": choice.bw,
+                    "checks": checks,
                     "margin": choice.margin,
                     "probe_size": probe,
                     "capacities": [asdict(c) for c in caps],
@@ -563,7 +647,6 @@ def run_scenario(args: argparse.Namespace) -> int:
                     "reason": choice.reason,
                 },
             )
-            say(f"--bw auto: {choice.reason}", flush=True)
         with Scenario(topo, run, options, program=program) as sc:
             switches = ", ".join(f"{n} {sc.net[n].grpc}" for n in topo.switches)
             say(f"network up in {sc.timings['network']:.1f} s: {switches}", flush=True)

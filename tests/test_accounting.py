@@ -23,6 +23,7 @@ from inaemu.mininet.accounting import (
     ProcessUse,
     Usage,
     capacity,
+    check_size,
     choose_bw,
     classify,
     drops_delta,
@@ -30,6 +31,7 @@ from inaemu.mininet.accounting import (
     link_floor,
     link_loads,
     link_queue_drops,
+    next_bw,
     port_drops,
     root_qdisc_drops,
     two_digits_down,
@@ -281,3 +283,27 @@ def test_bw_auto_picks_the_margin_of_the_slowest_algorithm_rounded_down() -> Non
     with pytest.raises(ValueError, match="give --bw"):
         choose_bw([])
     assert [two_digits_down(x) for x in (13.95, 0.456, 999.9, 1e-3)] == [13, 0.45, 990, 0.001]
+
+
+def test_bw_auto_check_run_lasts_about_a_second_of_link_time() -> None:
+    """The unshaped run's 256K elements put 90 Mbit/s x 0.1 s on its busiest link: at 45
+    Mbit/s that is 0.2 s of link time, so a check of one second needs 5x the elements; never
+    fewer than the unshaped run's, never more than `most`."""
+    cap = Capacity("ina", 1 << 18, 0.1, "h1 -> s1:1", 90.0)
+    assert check_size(cap, 45.0) == 5 << 18
+    assert check_size(cap, 45.0, seconds=0.5) == 5 << 17
+    assert check_size(cap, 45.0, seconds=0.1) == 1 << 18  # less than the unshaped size
+    assert check_size(cap, 450.0, most=1 << 20) == 1 << 20  # 50x, capped
+
+
+def test_bw_auto_steps_down_from_a_rate_the_links_did_not_bound() -> None:
+    """Links-bound: the rate stays. Otherwise 0.7 of the lower of the rate and what the
+    busiest link carried (the bench's star:4 at 44 Mbit/s that carried 19.4 -> 13), two
+    digits down; with nothing carried, 0.7 of the rate."""
+    assert next_bw(44.0, "links", 43.5) == 44.0
+    assert next_bw(44.0, "emulator", 19.4) == 13.0
+    assert next_bw(44.0, "unclear", 50.0) == 30.0
+    assert next_bw(44.0, "emulator", None) == 30.0
+    assert next_bw(44.0, "unknown", 0.0) == 30.0
+    with pytest.raises(ValueError, match="give --bw"):
+        next_bw(0.0, "emulator", None)

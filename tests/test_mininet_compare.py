@@ -12,6 +12,7 @@ Mininet cannot be installed (the reason is printed with -ra).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -30,7 +31,7 @@ from inaemu.collectives.algorithms import algorithm as collective
 from inaemu.collectives.check import step_bytes
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
-from inaemu.mininet.accounting import ProcessUse, Usage, two_digits_down
+from inaemu.mininet.accounting import BW_CHECKS, ProcessUse, Usage, next_bw, two_digits_down
 from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of, truth
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.compare import (
@@ -50,7 +51,14 @@ from inaemu.mininet.compare import (
 )
 from inaemu.mininet.report import report_comparison
 from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
-from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
+from inaemu.mininet.scenario import (
+    LinkUse,
+    RunDir,
+    htb_burst,
+    htb_commands,
+    link_ends,
+    link_shaping,
+)
 from inaemu.topology.builders import from_spec, star
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import FlowRoutes
@@ -544,6 +552,16 @@ def test_the_floor_is_what_the_checkers_bytes_need_at_the_shaped_rates(
     assert sum(carried.values()) == row.link_bytes_total  # every byte found its link
 
 
+def test_a_shaped_link_may_catch_up_on_five_milliseconds_of_its_rate() -> None:
+    """Both htb buckets (burst and cburst) hold 5 ms of the link's rate, at least 1,600 bytes:
+    with Mininet's one-frame cburst a link shaped to 44 or 88 Mbit/s carried about 20 on a
+    busy machine (docs/mininet.md, "Links")."""
+    assert [htb_burst(bw) for bw in (2.0, 44.0, 88.0, 1000.0)] == [1600, 27500, 55000, 625000]
+    qdisc, cls = htb_commands(44.0)
+    assert qdisc == "%s qdisc add dev %s root handle 5:0 htb default 1"
+    assert cls.endswith("htb rate 44.000000Mbit burst 27500 cburst 27500")
+
+
 def test_bw_auto_counts_each_link_in_units_of_bw() -> None:
     torus = from_spec("torus:3x3")
     host = [i for i, lk in enumerate(torus.links) if lk.a_port is None or lk.b_port is None]
@@ -667,7 +685,9 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("mininet_ready")
 def test_bw_auto_repeats_and_sizes_on_a_star_of_three(tmp_path: Path) -> None:
     """`--bw auto`: an unshaped run of each algorithm first (its own network, under probe/),
-    the links set to half the slowest one's busiest-link rate, said and recorded; then every
+    half the slowest one's busiest-link rate, checked by a shaped run of that algorithm (its
+    own network, under bw-check-1/; stepped down while not links-bound), said and recorded;
+    then every
     algorithm twice at each size, each run with its accounting, each point its median and
     spread, the plot; nothing of either network left."""
     star_named("cmp2", 3).save(tmp_path / "star3.json")
@@ -679,9 +699,18 @@ def test_bw_auto_repeats_and_sizes_on_a_star_of_three(tmp_path: Path) -> None:
     auto = summary["bw_auto"]
     caps = {c["algo"]: c["mbit"] for c in auto["capacities"]}
     assert sorted(caps) == ["ina", "ring"] and auto["probe_size"] == 32 << 10
-    assert summary["bw_mbit"] == auto["chosen_mbit"] == two_digits_down(0.5 * min(caps.values()))
+    assert auto["first_mbit"] == two_digits_down(0.5 * min(caps.values()))
     assert f"--bw auto: {auto['reason']}" in proc.stdout
-    assert f"links set to {summary['bw_mbit']:g} Mbit/s, 50% of it" in auto["reason"]
+    assert f"links set to {auto['first_mbit']:g} Mbit/s, 50% of it" in auto["reason"]
+    checks = auto["checks"]
+    assert checks[0]["mbit"] == auto["first_mbit"] and 1 <= len(checks) <= BW_CHECKS
+    for c, after in itertools.pairwise(checks):  # each step down from a run not links-bound
+        assert c["bound_by"] != "links"
+        assert after["mbit"] == next_bw(c["mbit"], c["bound_by"], c["carried_mbit"])
+    last = checks[-1]
+    chosen = next_bw(last["mbit"], last["bound_by"], last["carried_mbit"])  # the same if links
+    assert summary["bw_mbit"] == auto["chosen_mbit"] == chosen
+    assert f"--bw auto: checked {auto['first_mbit']:g} Mbit/s ({auto['slowest']} x " in proc.stdout
     rows = summary["rows"]
     assert [(r["algo"], r["size"], r["repeat"]) for r in rows] == [
         (a, n, k) for n in (16 << 10, 32 << 10) for k in (1, 2) for a in ("ina", "ring")
@@ -700,3 +729,5 @@ def test_bw_auto_repeats_and_sizes_on_a_star_of_three(tmp_path: Path) -> None:
     assert "min-max s" in proc.stdout and (run / "completion.png").stat().st_size > 5000
     assert_removed(run)
     assert_removed(run / "probe")
+    for n in range(1, len(checks) + 1):
+        assert_removed(run / f"bw-check-{n}")
