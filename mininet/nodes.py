@@ -13,7 +13,7 @@ program; `inaemu pipeline push` installs ina.p4.
 - `Bmv2Node`: bmv2's `simple_switch_grpc --no-p4` with its own gRPC and thrift ports, its
   notifications socket and log under the run's directories, and `--pcap` when asked.
 - `ShapedLink`: Mininet's TCLink with both of htb's buckets a few milliseconds of the rate
-  (`scenario.htb_burst`), so that a link carries its rate on a busy machine.
+  (`shaping.htb_burst`), so that a link carries its rate on a busy machine.
 - `InaHost`: IPv6 off from the start (no router solicitations, DAD or MLD on the switch's
   ports), transmit offloads off (`offload`: TCP checksums and segments made by the kernel, so
   that host-to-host TCP crosses a user-space switch), then what docs/protocol.md section 8
@@ -41,7 +41,7 @@ from typing import IO, Any, ClassVar
 
 from inaemu.controller.bmv2 import notifications_address, simple_switch_grpc_argv
 from inaemu.mininet.debian import load
-from inaemu.mininet.scenario import htb_commands
+from inaemu.mininet.shaping import htb_commands
 from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
 
 mn = load()
@@ -390,7 +390,7 @@ class InaHost(_Host):  # type: ignore[misc]
 
 
 class ShapedIntf(_TCIntf):  # type: ignore[misc]
-    """Mininet's TCIntf, but a bandwidth alone is shaped by `scenario.htb_commands` (burst
+    """Mininet's TCIntf, but a bandwidth alone is shaped by `shaping.htb_commands` (burst
     and cburst `htb_burst`, not Mininet's burst 15k with tc's one-frame cburst)."""
 
     def bwCmds(self, bw: float | None = None, **options: Any) -> tuple[list[str], str]:

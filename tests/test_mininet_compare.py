@@ -51,14 +51,8 @@ from inaemu.mininet.compare import (
 )
 from inaemu.mininet.report import report_comparison
 from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
-from inaemu.mininet.scenario import (
-    LinkUse,
-    RunDir,
-    htb_burst,
-    htb_commands,
-    link_ends,
-    link_shaping,
-)
+from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
+from inaemu.mininet.shaping import htb_burst, htb_commands
 from inaemu.topology.builders import from_spec, star
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import FlowRoutes
