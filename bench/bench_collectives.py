@@ -5,7 +5,7 @@
         [--bigraph bigraph:2x4] [--torus torus:3x3] [--star star:4] [--node-ports all|1]
         [--switch softswitch]
 
-Every run is `inaemu mininet` (`inaemu.mininet.run`, imported, not copied): the topology as a
+Every run is `inaemu mininet` (`python -m inaemu.mininet`, a subprocess): the topology as a
 Mininet network with every link shaped to `--bw` Mbit/s (TCLink), programmed by the
 controller's commands, each algorithm in turn on the same network, every result checked,
 bytes per link from the kernel's counters. Runs (each its own network, logs under
@@ -42,11 +42,11 @@ Without root it says so and exits 0; so does a machine without Mininet (`make mi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -111,9 +111,8 @@ def measured(rows: list[dict[str, Any]]) -> Measured:
 def run_mininet(
     name: str, topo: str, algos: str, codec: str, args: argparse.Namespace
 ) -> dict[str, Measured]:
-    """`inaemu mininet` in-process (its report into OUT/NAME.log); the rows by algorithm."""
-    from inaemu.mininet import run
-
+    """`inaemu mininet` as a subprocess (`python -m inaemu.mininet`, its report into
+    OUT/NAME.log), as a user runs it; the rows of its summary.json by algorithm."""
     run_dir = args.out / name
     argv = [
         *("--topo", topo, "--algo", algos, "--codec", codec),
@@ -124,8 +123,9 @@ def run_mininet(
     log = args.out / f"{name}.log"
     started = time.monotonic()
     print(f"  {name}: inaemu mininet {' '.join(argv)}", flush=True)
-    with log.open("w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-        rc = run.main(argv)
+    with log.open("w") as f:
+        cmd = [sys.executable, "-m", "inaemu.mininet", *argv]
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
     print(f"    exit {rc} after {time.monotonic() - started:.0f} s (report: {log})", flush=True)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
