@@ -88,6 +88,7 @@ from inaemu.mininet.algos import (
 from inaemu.mininet.compare import (
     REPEATS,
     bound_of,
+    directions,
     points,
 )
 from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
@@ -428,10 +429,7 @@ def probe_bw(
             say(f"--bw auto: {r.algo.name}'s unshaped run failed (logs in {probe.logs})")
             continue
         seconds, _ = completion(r.outcomes)
-        ways = []
-        for u, k in zip(r.links, scales, strict=True):
-            ways += [(f"{u.a} -> {u.b}", u.a_to_b, k), (f"{u.b} -> {u.a}", u.b_to_a, k)]
-        c = capacity(r.algo.name, r.spec.size, seconds, ways)
+        c = capacity(r.algo.name, r.spec.size, seconds, directions(r.links, scales))
         if c is not None:
             caps.append(c)
     most = MAX_BW / max((k for k in scales if k), default=1.0)
@@ -476,10 +474,8 @@ def check_bw(
             )
         seconds, _ = completion(r.outcomes)
         _, _, bound = bound_of(seconds, r.links, bandwidths, r.usage, r.drops, r.queue_drops)
-        ways = []
-        for u, k in zip(r.links, bw_scales(topo, args.node_ports), strict=True):
-            ways += [(f"{u.a} -> {u.b}", u.a_to_b, k), (f"{u.b} -> {u.a}", u.b_to_a, k)]
-        carried = capacity(algo.name, size, seconds, ways)
+        scales = bw_scales(topo, args.node_ports)
+        carried = capacity(algo.name, size, seconds, directions(r.links, scales))
         mbit = None if carried is None else carried.mbit
         try:
             after = next_bw(bw, bound.by, mbit)
