@@ -6,13 +6,13 @@ start or exited) stops the others and is said in one line."""
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import threading
 from pathlib import Path
 from typing import Any
 
 from inaemu.controller import bmv2
+from inaemu.p4.tools import missing_tools
 from inaemu.topology.model import Topology, TopologyError
 
 
@@ -58,11 +58,9 @@ def cmd_bmv2(args: argparse.Namespace) -> int:
     if args.print:
         print("\n".join(bmv2.shell_lines(commands, run_dir)))
         return 0
-    if shutil.which(bmv2.BINARY) is None:
-        raise bmv2.Bmv2Error(
-            f"{bmv2.BINARY} is not on PATH (bmv2: `bash ../shared/p4-toolchain/install.sh` "
-            "installs it under /opt/p4/bin)",
-        )
+    missing = missing_tools([bmv2.BINARY])
+    if missing:
+        raise bmv2.Bmv2Error(missing)
     stop = threading.Event()
     handlers = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)

@@ -110,7 +110,7 @@ def test_bmv2_print_gives_one_command_line_per_switch(
         )
         for name, (device, thrift, grpc, ports) in expected.items()
     ]
-    assert commands[0][:2] == ["simple_switch_grpc", "--no-p4"]
+    assert Path(commands[0][0]).name == "simple_switch_grpc" and commands[0][1] == "--no-p4"
     assert commands[0][-2:] == ["--grpc-server-addr", "127.0.0.1:50100"]
 
 
