@@ -531,6 +531,8 @@ def run_scenario(args: argparse.Namespace) -> int:
         scales = bw_scales(topo, args.node_ports)
         bw: float | None = None if auto else args.bw
         bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]
+        if arg.parse_only("inaemu mininet"):
+            return 0
         debian.ensure(install=not args.no_install)
         if args.pcap and args.switch == "softswitch" and shutil.which("tcpdump") is None:
             if args.no_install:

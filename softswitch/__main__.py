@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"softswitch: {exc}", file=sys.stderr)
         return 2
+    if arg.parse_only("softswitch"):
+        return 0
     dataplane = warm_up(args.dataplane)  # the fast one compiles (or loads) now, first
     pipeline = make_pipeline(args.dataplane, seed=args.seed)
     switch = SoftSwitch(pipeline, name=args.name, wire_dir=args.wire_dir)
