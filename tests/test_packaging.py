@@ -150,6 +150,22 @@ def test_every_subcommand_runs_from_the_installed_copy(installed: Path, tmp_path
     assert json.loads(proc.stdout.splitlines()[-1]) == {}
 
 
+def test_a_small_training_run_from_the_installed_copy(installed: Path, tmp_path: Path) -> None:
+    """An installed user writes the shipped example out (`inaemu train --example`) and trains
+    with it: 2 workers, a few steps, INA with fixed point, on the embedded network."""
+    pytest.importorskip("torch", reason="PyTorch not installed")
+    inaemu = installed.parent / "inaemu"
+    proc = _run(inaemu, "train", "--example", "train_ddp.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "train_ddp.py").read_text() == (ROOT / "examples/train_ddp.py").read_text()
+    argv = ["train", "--backend", "ina-fixedpoint", "--workers", "2", "--out", "out"]
+    proc = _run(inaemu, *argv, "train_ddp.py", "--steps", "3", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "out" / "train.json").read_text())
+    assert summary["backends"]["ina-fixedpoint"]["iterations"] == [0, 1, 2]
+    assert summary["backends"]["ina-fixedpoint"]["error"] == ""
+
+
 def test_only_the_inaemu_namespace_is_installed(installed: Path, tmp_path: Path) -> None:
     for generic in (
         "controller",
