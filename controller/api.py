@@ -157,6 +157,7 @@ def remove_job(files: NetworkFiles, job_id: int) -> list[str]:
     all of it (restarted): not an error, there is nothing to delete there."""
     with state_locked(files.state_path):
         ctl, _ = controller(files)
+        checks_done()  # the job's being installed is the state's, not the command line's
         ctl.jobs.plan_remove(job_id)  # refused before connecting
 
         async def remove(ctl: Controller) -> list[str]:
@@ -180,8 +181,8 @@ def new_run(files: NetworkFiles, job_id: int) -> int:
     installation of the job; from the job state alone (no switch is asked)."""
     with state_locked(files.state_path):
         ctl, _ = controller(files)
+        checks_done()  # the job's being installed is the state's, not the command line's
         run = ctl.jobs.next_run(job_id)
-        checks_done()
         save_state(files.state_path, ctl.jobs)
         return run
 
