@@ -257,9 +257,12 @@ def test_the_example_is_written_out(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["--example", str(out)]) == 0
     assert out.read_text() == EXAMPLE.read_text()
     assert f"wrote {out}" in capsys.readouterr().out
+    assert main(["--example", str(tmp_path / "build" / "t.py")]) == 0  # its folder is made
+    assert (tmp_path / "build" / "t.py").read_text() == EXAMPLE.read_text()
+    capsys.readouterr()
     for argv, message in [
         (["--example", str(out)], f"--example {out}: exists; give a new file name"),
-        (["--example", str(tmp_path / "no" / "x.py")], f"no folder {tmp_path / 'no'}"),
+        (["--example", str(out / "x.py")], f"--example {out / 'x.py'}: "),  # under a file
         (["--example", str(tmp_path / "y.py"), str(EXAMPLE)], "give it alone"),
         ([], "give the training script: inaemu train [OPTIONS] SCRIPT"),
     ]:

@@ -659,16 +659,16 @@ def check_new_file(path: Path) -> None:
     """ValueError unless `path` is free for --example to write."""
     if path.exists() or path.is_symlink():
         raise ValueError(f"--example {path}: exists; give a new file name")
-    if not path.parent.is_dir():
-        raise ValueError(f"--example {path}: no folder {path.parent}")
 
 
 def write_example(path: Path) -> str:
-    """Write the example training script (inaemu.examples, in the package) to `path`;
-    ValueError if `path` exists or cannot be written. The line that says what was done."""
+    """Write the example training script (inaemu.examples, in the package) to `path`, making
+    its folder; ValueError if `path` exists or cannot be written. The line that says what was
+    done."""
     source = importlib.resources.files("inaemu.examples").joinpath(EXAMPLE)
     check_new_file(path)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source.read_text())
     except OSError as exc:
         raise ValueError(f"--example {path}: {exc.strerror or exc}") from None
