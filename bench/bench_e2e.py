@@ -47,7 +47,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -435,16 +434,15 @@ class SwitchResult:
 
 
 def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
-    from inaemu.conformance.bmv2_target import bmv2_available
+    from inaemu.conformance.bmv2_target import TOOLS
     from inaemu.p4.build import compile_p4
+    from inaemu.p4.tools import SIMPLE_SWITCH_GRPC, missing_tools
     from inaemu.topology.builders import star
     from tests.netns import GRPC, StarNet, start_bmv2, start_softswitch
 
     started = time.monotonic()
     if kind == "bmv2":
-        missing = bmv2_available()
-        if missing is None and shutil.which("simple_switch_grpc") is None:
-            missing = "simple_switch_grpc not on PATH"
+        missing = missing_tools((*TOOLS, SIMPLE_SWITCH_GRPC))
         if missing is not None:
             return f"bmv2 skipped: {missing}"
     topo = star(N_WORKERS, grpc=GRPC)

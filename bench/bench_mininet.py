@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -159,12 +158,10 @@ def run_scenario(
 def switch_missing(kind: str) -> str | None:
     if kind == "softswitch":
         return None
-    from inaemu.conformance.bmv2_target import bmv2_available
+    from inaemu.conformance.bmv2_target import TOOLS
+    from inaemu.p4.tools import SIMPLE_SWITCH_GRPC, missing_tools
 
-    missing = bmv2_available()
-    if missing is None and shutil.which("simple_switch_grpc") is None:
-        missing = "simple_switch_grpc not on PATH"
-    return missing
+    return missing_tools((*TOOLS, SIMPLE_SWITCH_GRPC))
 
 
 def limits(

@@ -1,18 +1,27 @@
 """`inaemu bmv2 -t topology.json`: one simple_switch_grpc per switch of a topology, run until
 Ctrl-C or printed as a shell script (`--print`); the command lines are
 `inaemu.controller.bmv2`'s. A failure (`Bmv2Error`: not installed, a switch that would not
-start or exited) stops the others and is said in one line."""
+start or exited) stops the others and is said in one line.
+
+A port whose interface does not exist here is said before the switches start, in one line
+naming every such interface, and on its switch's READY line (`missing=`): bmv2 starts
+anyway and serves P4Runtime (the control plane can be programmed and read), but such a port
+sends and receives nothing. Refusing would rule out that use; starting silently made READY a
+lie about the data plane."""
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
+import socket
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from inaemu.controller import bmv2
+from inaemu.hostlib import args as arg
+from inaemu.p4.tools import missing_tools
 from inaemu.topology.model import Topology, TopologyError
 
 
@@ -55,13 +64,23 @@ def cmd_bmv2(args: argparse.Namespace) -> int:
         thrift_ports=thrift,
         log_level=args.log_level,
     )
+    arg.checks_done()
     if args.print:
         print("\n".join(bmv2.shell_lines(commands, run_dir)))
         return 0
-    if shutil.which(bmv2.BINARY) is None:
-        raise bmv2.Bmv2Error(
-            f"{bmv2.BINARY} is not on PATH (bmv2: `bash ../shared/p4-toolchain/install.sh` "
-            "installs it under /opt/p4/bin)",
+    missing = missing_tools([bmv2.BINARY])
+    if missing:
+        raise bmv2.Bmv2Error(missing)
+    absent = missing_interfaces(commands)
+    if absent:
+        print(
+            "inaemu bmv2: warning: no such interface here: "
+            + "; ".join(f"{sw}: {', '.join(names)}" for sw, names in absent.items())
+            + ": those ports send and receive nothing (P4Runtime is served all the same); "
+            "create the interfaces first (veth pairs, Mininet's) or name others with "
+            "--iface / --iface-format",
+            file=sys.stderr,
+            flush=True,
         )
     stop = threading.Event()
     handlers = {
@@ -72,9 +91,10 @@ def cmd_bmv2(args: argparse.Namespace) -> int:
         switches.start()
         for c in commands:
             pid = switches.procs[c.switch].pid
+            note = f" missing={','.join(absent[c.switch])}" if c.switch in absent else ""
             print(
                 f"READY {c.switch} grpc={c.grpc} device_id={c.device_id} "
-                f"thrift={c.thrift_port} pid={pid} log={c.log}",
+                f"thrift={c.thrift_port} pid={pid} log={c.log}{note}",
                 flush=True,
             )
         print(
@@ -95,6 +115,21 @@ def cmd_bmv2(args: argparse.Namespace) -> int:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return 0
+
+
+def missing_interfaces(commands: list[bmv2.SwitchCommand]) -> dict[str, list[str]]:
+    """switch -> the interfaces of its `-i PORT@IFACE` options that do not exist here."""
+    absent: dict[str, list[str]] = {}
+    for c in commands:
+        for option, value in zip(c.argv, c.argv[1:], strict=False):
+            if option != "-i":
+                continue
+            ifname = value.partition("@")[2]
+            try:
+                socket.if_nametoindex(ifname)
+            except OSError:
+                absent.setdefault(c.switch, []).append(ifname)
+    return absent
 
 
 def add_parser(sub: Any) -> None:

@@ -75,6 +75,7 @@ from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
 from inaemu.hostlib.wire import MAX_RUN
 from inaemu.mininet.accounting import (
@@ -526,6 +527,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     if "ina" in opts.algos:
         job = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
         check_job_fits(topo, job)
+    arg.checks_done()
     run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir(spec_text)
     try:
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,7 @@ from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
 from inaemu.controller.trees import parents
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
 from inaemu.softswitch.fast.dataplanes import warm_up
@@ -447,6 +448,7 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         return run_topology_demo(opts, out)
     if not 1 <= opts.workers <= 32:
         raise DemoError("--workers must be 1..32 (one switch; the slot bitmap holds 32)")
+    arg.checks_done()
     switch, grpc, wire_dir = _start_switch(opts)
     # the workers' wires, and one fresh run id for all of them (docs/protocol.md, section 5)
     run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
@@ -489,6 +491,7 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
     workers = tuple(hosts[:n])
     spec = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
     check_job_fits(topo, spec)
+    arg.checks_done()
     wires = open_wire_dir(opts)
     run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
     opts = replace(opts, workers=n, wire_dir=wires.path, run=run)

@@ -22,7 +22,11 @@ turns every expected failure into one line, `inaemu CMD: ...`, and a non-zero ex
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
     inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
-    inaemu train examples/train_ddp.py [--backend all] [--workers 4] [--topo ...] [--mininet]
+    inaemu train [--backend all] [--workers 4] [--topo ...] [--mininet] SCRIPT [SCRIPT ARGS]
+    inaemu train --example FILE        # writes the example training script (train_ddp.py)
+
+With INAEMU_PARSE_ONLY=1 every command checks its arguments and the files they name, says so
+in one line and stops before it does anything (`hostlib/args.py`, `parse_only`).
 
 `demo` (and its comparison, `--algo`): `demo.py`, `compare.py`; `softswitch`, `conformance`,
 `mininet`: the softswitch's, conformance's and Mininet's own command lines; `topo`: `topo.py`;
@@ -301,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = args.func(args)
+    except arg.ParseOnly:  # INAEMU_PARSE_ONLY=1: every check passed, nothing was done
+        arg.parse_only(f"inaemu {args.command}")
+        return 0
     except KeyboardInterrupt:
         print(f"\ninaemu {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -20,7 +20,7 @@ from pathlib import Path
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import LinkModel, check, render_table, table_row
 from inaemu.collectives.schedule import ScheduleError
-from inaemu.hostlib.args import ArgumentParser
+from inaemu.hostlib.args import ArgumentParser, ParseOnly, checks_done, parse_only
 from inaemu.topology.builders import describe_roles, load_or_build
 from inaemu.topology.model import TopologyError
 from inaemu.topology.routes import NODE_PORTS, FlowRoutes
@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> None:
                 f"{label}: {ranks:,} ranks; the checker takes at most {MAX_RANKS} (choose "
                 "--workers, or a smaller topology)"
             )
+    checks_done()
     model = LinkModel(bw=args.bw * 1e6 / 8, alpha=args.alpha * 1e-6)
     rows, skipped = [], []
     schedule = None
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         run(args)
+    except ParseOnly:
+        parse_only("inaemu schedule")
     except (TopologyError, ScheduleError, ValueError) as exc:
         print(f"inaemu schedule: {exc}", file=sys.stderr)
         return 2

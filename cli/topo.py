@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from inaemu.hostlib import args as arg
 from inaemu.topology.builders import (
     SPEC_FORMS,
     assign_devices,
@@ -63,8 +64,10 @@ def cmd_topo(args: argparse.Namespace) -> None:
             for name, sw in topo.switches.items()
         }
     topo = _with_devices(topo, args.grpc, args.device_id)
+    arg.checks_done()
     if args.output:
         try:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
             topo.save(args.output)
         except OSError as exc:
             raise TopologyError(f"cannot write {args.output}: {exc.strerror or exc}") from None
@@ -118,6 +121,11 @@ def cmd_topo_show(args: argparse.Namespace) -> None:
     if not args.output:
         raise TopologyError("topo show needs -o FILE.svg (or .png, .pdf)")
     topo = load_or_build(args.topology)
+    arg.checks_done()
+    try:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TopologyError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     path = draw(topo, args.output, title=f"{Path(args.topology).name}: " + describe_roles(topo))
     roles = describe_roles(topo)
     print(f"wrote {path}: {len(topo.switches)} switches ({roles}), {len(topo.hosts)} hosts")

@@ -10,15 +10,15 @@ many frames as the case expects (`timeout`), then for `QUIET_S` without a frame,
 any frame too many. Counters are read with the CLI, the switch is stopped and the frames are
 compared port by port, as for the softswitch.
 
-Needs `p4c-bm2-ss`, `simple_switch` and `simple_switch_CLI` on PATH; `bmv2_available()` says
-why not otherwise.
+Needs `p4c-bm2-ss`, `simple_switch` and `simple_switch_CLI`, found where every P4 tool is
+(`inaemu.p4.tools`: $INAEMU_P4_PREFIX/bin, /opt/p4/bin, PATH); `bmv2_available()` says where
+it looked otherwise.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -44,10 +44,10 @@ from inaemu.conformance.stf import (
     compare,
     match_values,
 )
-from inaemu.p4.build import P4C
 from inaemu.p4.info import P4Info, load_p4info
+from inaemu.p4.tools import P4C, SIMPLE_SWITCH, SIMPLE_SWITCH_CLI, missing_tools, require_tool
 
-TOOLS = (P4C, "simple_switch", "simple_switch_CLI")
+TOOLS = (P4C, SIMPLE_SWITCH, SIMPLE_SWITCH_CLI)
 START_TIMEOUT_S = 30.0  # simple_switch opens its thrift port within this, even on a busy machine
 CLI_TIMEOUT_S = 60.0  # one simple_switch_CLI run (the setup of 600 multicast nodes included)
 QUIET_S = 0.25  # after the expected frames: this long without one, and no frame is missing
@@ -58,9 +58,9 @@ QUEUE_DEPTH = 100_000
 
 
 def bmv2_available() -> str | None:
-    """None if bmv2 can run the cases here, else the reason it cannot."""
-    missing = [t for t in TOOLS if shutil.which(t) is None]
-    return f"not on PATH: {', '.join(missing)}" if missing else None
+    """None if bmv2 can run the cases here, else the reason it cannot (the tools missing,
+    where they were looked for, how to install them)."""
+    return missing_tools(TOOLS)
 
 
 # simple_switch_CLI's `counter_read` answers, in the two formats bmv2 has printed:
@@ -86,7 +86,7 @@ def parse_counter_reads(out: str) -> dict[tuple[str, int], tuple[int, int]]:
 def run_cli(thrift: int, commands: list[str], *, timeout: float) -> str:
     """What simple_switch_CLI prints for `commands`, one per line."""
     return subprocess.run(
-        ["simple_switch_CLI", "--thrift-port", str(thrift)],
+        [require_tool(SIMPLE_SWITCH_CLI), "--thrift-port", str(thrift)],
         input="\n".join(commands) + "\n",
         text=True,
         check=True,
@@ -211,7 +211,7 @@ def _launch_switch(json_path: Path, d: Path, name: str, log_level: str) -> Switc
     thrift = free_port()
     packet_in = f"ipc://{d / name}.ipc"
     argv = [
-        "simple_switch",
+        require_tool(SIMPLE_SWITCH),
         "--packet-in",
         packet_in,
         "--thrift-port",

@@ -11,7 +11,9 @@ throughout, so that two at once cannot issue one run id twice. Only `push_pipeli
 a switch's pipeline; every other operation that connects checks that each switch runs
 ina.p4 and stops with what to run if not.
 
-Failures are exceptions whose message says what to fix (`FAILURES`, `explain`).
+Failures are exceptions whose message says what to fix (`FAILURES`, `explain`). With
+`INAEMU_PARSE_ONLY=1` (`hostlib/args.py`) an operation makes every check and raises
+`ParseOnly` where it would first touch a switch or write the job state.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from inaemu.controller.jobs import JobError, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
 from inaemu.controller.state import default_state_path, load_state, save_state, state_locked
 from inaemu.controller.stats import StatsReport
+from inaemu.hostlib.args import checks_done
 from inaemu.p4.plan import loss_threshold
 from inaemu.topology.model import Topology, TopologyError
 
@@ -103,6 +106,7 @@ def controller(
 
 def connected(ctl: Controller, body: Callable[[Controller], Awaitable[T]]) -> T:
     """`body` run with `ctl` connected to every switch; the connections closed after it."""
+    checks_done()
 
     async def run() -> T:
         await ctl.connect()
@@ -153,6 +157,7 @@ def remove_job(files: NetworkFiles, job_id: int) -> list[str]:
     all of it (restarted): not an error, there is nothing to delete there."""
     with state_locked(files.state_path):
         ctl, _ = controller(files)
+        checks_done()  # the job's being installed is the state's, not the command line's
         ctl.jobs.plan_remove(job_id)  # refused before connecting
 
         async def remove(ctl: Controller) -> list[str]:
@@ -167,6 +172,7 @@ def list_jobs(files: NetworkFiles) -> list[JobRecord]:
     """The installed jobs, from the job state alone (no switch is asked)."""
     with state_locked(files.state_path):
         ctl, specs = controller(files)
+        checks_done()
         return [ctl.jobs.jobs[s.job_id] for s in specs]
 
 
@@ -175,6 +181,7 @@ def new_run(files: NetworkFiles, job_id: int) -> int:
     installation of the job; from the job state alone (no switch is asked)."""
     with state_locked(files.state_path):
         ctl, _ = controller(files)
+        checks_done()  # the job's being installed is the state's, not the command line's
         run = ctl.jobs.next_run(job_id)
         save_state(files.state_path, ctl.jobs)
         return run

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from inaemu.p4.tools import SIMPLE_SWITCH_GRPC, find_tool
 from inaemu.topology.model import Topology, TopologyError
 
 __all__ = [
@@ -47,7 +48,7 @@ __all__ = [
     "topology_commands",
 ]
 
-BINARY = "simple_switch_grpc"
+BINARY = SIMPLE_SWITCH_GRPC
 IFACE_FORMAT = "{switch}-eth{port}"  # Mininet's names for a switch's interfaces
 THRIFT_BASE = 9090  # bmv2's default thrift port; the i-th switch (from 0) gets THRIFT_BASE + i
 START_TIMEOUT = 30.0
@@ -77,12 +78,15 @@ def simple_switch_grpc_argv(
     log_level: str | None = None,
     log_flush: bool = True,
     pcap_dir: Path | None = None,
-    binary: str = BINARY,
+    binary: str | None = None,
 ) -> list[str]:
     """simple_switch_grpc with no program, port p on interface `ports[p]`, P4Runtime on `grpc`
     (host:port) as device `device_id`. `log_file`: bmv2's log, at `log_level` (trace, debug,
     info, warn, error, off; None: bmv2's own, with which a bmv2 built with logging logs every
-    packet), flushed per message with `log_flush`; `pcap_dir`: a capture of every port."""
+    packet), flushed per message with `log_flush`; `pcap_dir`: a capture of every port.
+    `binary`: the program, by default simple_switch_grpc where `inaemu.p4.tools` finds it
+    (its bare name if it is found nowhere)."""
+    binary = binary or find_tool(BINARY) or BINARY
     argv = [binary, "--no-p4", "--device-id", str(device_id), "--thrift-port", str(thrift_port)]
     if log_file is not None:
         argv += ["--log-file", str(log_file)]

@@ -1,8 +1,12 @@
 """Train a small model with PyTorch DDP whose gradients are all-reduced by the emulated network.
 
-    inaemu train examples/train_ddp.py --backend all --workers 4          # no root
-    inaemu train examples/train_ddp.py --backend ina-fixedpoint --topo leaf-spine:2x2x2
-    sudo .venv/bin/inaemu train examples/train_ddp.py --mininet --backend all --workers 4
+    inaemu train --backend all --workers 4 examples/train_ddp.py          # no root
+    inaemu train --backend ina-fixedpoint --topo leaf-spine:2x2x2 examples/train_ddp.py
+    inaemu train --mininet --backend all --workers 4 examples/train_ddp.py   # as root
+    inaemu train --workers 2 examples/train_ddp.py --steps 300 --lr 0.2     # its own options
+
+The launcher's options come before the script, the script's after it (as with torchrun).
+An installed inaemu ships this script: `inaemu train --example FILE` writes it out.
 
 The launcher starts the switches, installs the job, takes a fresh run id and starts this
 script once per worker with everything in its environment; `from_environment()` turns that

@@ -35,6 +35,38 @@ MAX_REPEAT = 1_000_000  # allreduces of one worker process
 _MAX_DIGITS = 40  # longer numbers are refused before int() (which stops at 4300 digits)
 
 
+PARSE_ONLY_ENV = "INAEMU_PARSE_ONLY"
+
+
+class ParseOnly(Exception):
+    """Raised by `checks_done` with `INAEMU_PARSE_ONLY=1`: every check before it passed and
+    nothing was done; the command catches it and ends as `parse_only` does."""
+
+
+def parse_only_requested() -> bool:
+    """Whether `INAEMU_PARSE_ONLY=1` asks for checks only (see `parse_only`)."""
+    return os.environ.get(PARSE_ONLY_ENV) == "1"
+
+
+def checks_done() -> None:
+    """Where a command's checks end deep inside it and its work begins: `ParseOnly` with
+    `INAEMU_PARSE_ONLY=1`, else nothing."""
+    if parse_only_requested():
+        raise ParseOnly
+
+
+def parse_only(prog: str) -> bool:
+    """Whether to stop here, having checked the command line and the files it names, because
+    `INAEMU_PARSE_ONLY=1` is set (then it says so in one line on stdout). Every inaemu command
+    calls this once its checks are done and before it creates, binds or starts anything, so
+    that a documented command line can be checked without running it
+    (tests/test_docs_commands.py)."""
+    if not parse_only_requested():
+        return False
+    print(f"{prog}: arguments checked, nothing run ({PARSE_ONLY_ENV}=1)", flush=True)
+    return True
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser with one-line refusals: `<prog>: <message>` on stderr, exit 2.
     Subparsers (`add_subparsers().add_parser`) are of this class too."""

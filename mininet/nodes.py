@@ -315,7 +315,6 @@ class Bmv2Node(InaSwitch):
     warn: a bmv2 built with logging otherwise logs every packet, which slows it down)."""
 
     kind = "bmv2"
-    binary = "simple_switch_grpc"
 
     def __init__(self, name: str, *, log_level: str = "warn", **params: Any) -> None:
         super().__init__(name, **params)
@@ -337,7 +336,6 @@ class Bmv2Node(InaSwitch):
             log_file=self.log_dir / f"{self.name}-bmv2",
             log_level=self.log_level,
             pcap_dir=self.pcap_dir,
-            binary=self.binary,
         )
 
     def ready(self) -> bool:

@@ -332,15 +332,12 @@ def default_run_dir(label: str, switch: str, algo: str) -> Path:
 
 def bmv2_program(run: RunDir) -> Path:
     """ina.p4 compiled for bmv2 (cached by p4/'s source hash), copied into the run's build/."""
-    from inaemu.controller.bmv2 import BINARY
-    from inaemu.p4.build import P4C, compile_p4
+    from inaemu.p4.build import compile_p4
+    from inaemu.p4.tools import P4C, SIMPLE_SWITCH_GRPC, missing_tools
 
-    missing = [tool for tool in (P4C, BINARY) if shutil.which(tool) is None]
+    missing = missing_tools((P4C, SIMPLE_SWITCH_GRPC))
     if missing:
-        raise ScenarioError(
-            f"--switch bmv2: not on PATH: {', '.join(missing)} (install p4c and bmv2, e.g. in "
-            "/opt/p4/bin)"
-        )
+        raise ScenarioError(f"--switch bmv2: {missing}")
     try:
         built = compile_p4()
     except subprocess.CalledProcessError as exc:
@@ -534,6 +531,8 @@ def run_scenario(args: argparse.Namespace) -> int:
         scales = bw_scales(topo, args.node_ports)
         bw: float | None = None if auto else args.bw
         bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]
+        if arg.parse_only("inaemu mininet"):
+            return 0
         debian.ensure(install=not args.no_install)
         if args.pcap and args.switch == "softswitch" and shutil.which("tcpdump") is None:
             if args.no_install:

@@ -1,6 +1,7 @@
 """`ina.p4` built for bmv2: p4c-bm2-ss's JSON (and its P4Info beside it), cached by a hash of
 the sources, so that a second build of the same sources is a file look-up. The conformance
-cases, the Mininet runner, the tests and the benchmarks build it here."""
+cases, the Mininet runner, the tests and the benchmarks build it here; p4c-bm2-ss is found as
+every P4 tool is (`tools.py`: $INAEMU_P4_PREFIX/bin, /opt/p4/bin, PATH)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import subprocess
 from pathlib import Path
 
 from inaemu.p4.constants import P4_DIR
-
-P4C = "p4c-bm2-ss"
+from inaemu.p4.tools import P4C, require_tool
 
 
 def default_build_dir() -> Path:
@@ -23,7 +23,9 @@ def default_build_dir() -> Path:
 
 
 def compile_p4(build_dir: Path | None = None) -> Path:
-    """Compile p4/ina.p4 with p4c-bm2-ss (cached by source hash); return the bmv2 JSON."""
+    """Compile p4/ina.p4 with p4c-bm2-ss (cached by source hash); return the bmv2 JSON.
+    P4ToolMissing if p4c-bm2-ss is not installed (and the build is not cached);
+    CalledProcessError if it fails."""
     sources = [P4_DIR / "ina.p4", *sorted((P4_DIR / "include").glob("*.p4"))]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     build = build_dir or default_build_dir()
@@ -32,7 +34,7 @@ def compile_p4(build_dir: Path | None = None) -> Path:
     if not out.exists():
         subprocess.run(
             [
-                P4C,
+                require_tool(P4C),
                 "--p4v",
                 "16",
                 "--p4runtime-files",

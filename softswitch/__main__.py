@@ -106,17 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    if args.parent_pid is not None:
-        die_with_parent(args.parent_pid)
     try:
         links = [_port_spec(spec, "--link", "PORT=END (e.g. 5=s2.3)") for spec in args.link]
         ifaces = [_port_spec(spec, "--iface", "PORT=IFNAME") for spec in args.iface]
     except ValueError as exc:
         print(f"softswitch: {exc}", file=sys.stderr)
         return 2
+    if arg.parse_only("softswitch"):
+        return 0
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.parent_pid is not None:
+        die_with_parent(args.parent_pid)
     dataplane = warm_up(args.dataplane)  # the fast one compiles (or loads) now, first
     pipeline = make_pipeline(args.dataplane, seed=args.seed)
     switch = SoftSwitch(pipeline, name=args.name, wire_dir=args.wire_dir)

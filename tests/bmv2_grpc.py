@@ -3,7 +3,6 @@ notifications, gRPC on free ports) and stopped, whatever happens."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -14,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inaemu.controller.bmv2 import free_ports, notifications_address, simple_switch_grpc_argv
+from inaemu.p4.tools import SIMPLE_SWITCH_GRPC, missing_tools
 
 START_TIMEOUT = 20.0
 
 
 def grpc_missing() -> str | None:
     """None if simple_switch_grpc can run here, else why not."""
-    return None if shutil.which("simple_switch_grpc") else "simple_switch_grpc not on PATH"
+    return missing_tools([SIMPLE_SWITCH_GRPC])
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from inaemu.cli import main as cli
+from inaemu.cli.bmv2 import missing_interfaces
 from inaemu.conformance.bmv2_target import bmv2_available
-from inaemu.controller.bmv2 import free_ports, simple_switch_grpc_argv
+from inaemu.controller.bmv2 import free_ports, simple_switch_grpc_argv, topology_commands
 from inaemu.p4.build import compile_p4
 from inaemu.topology.model import Topology
 from tests.bmv2_grpc import grpc_missing
@@ -110,7 +111,7 @@ def test_bmv2_print_gives_one_command_line_per_switch(
         )
         for name, (device, thrift, grpc, ports) in expected.items()
     ]
-    assert commands[0][:2] == ["simple_switch_grpc", "--no-p4"]
+    assert Path(commands[0][0]).name == "simple_switch_grpc" and commands[0][1] == "--no-p4"
     assert commands[0][-2:] == ["--grpc-server-addr", "127.0.0.1:50100"]
 
 
@@ -136,11 +137,13 @@ def test_bmv2_runs_a_topology_that_the_controller_programs(tmp_path: Path) -> No
     pids = []
     try:
         assert launcher.stdout is not None
+        missing = {"s1": "s1-eth1", "l1": "l1-eth1,l1-eth2,l1-eth3"}  # no such interfaces
         for name, port, device in (("s1", ports[0], 5), ("l1", ports[1], 6)):
             line = launcher.stdout.readline()
             assert line.startswith(f"READY {name} grpc=127.0.0.1:{port} device_id={device} "), (
                 line + (launcher.stderr.read() if launcher.stderr else "")
             )
+            assert line.rstrip().endswith(f" missing={missing[name]}"), line
             found = re.search(r"pid=(\d+)", line)
             assert found
             pids.append(int(found.group(1)))
@@ -159,10 +162,31 @@ def test_bmv2_runs_a_topology_that_the_controller_programs(tmp_path: Path) -> No
     finally:
         launcher.send_signal(signal.SIGTERM)
         assert launcher.wait(30) == 0
+    assert launcher.stderr is not None
+    warning = launcher.stderr.read()
+    assert warning.startswith(
+        "inaemu bmv2: warning: no such interface here: s1: s1-eth1; l1: l1-eth1, l1-eth2, "
+        "l1-eth3: those ports send and receive nothing"
+    ), warning
     for pid in pids:  # every simple_switch_grpc stopped with it
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not list((tmp_path / "t.json.bmv2").glob("*.ipc"))
+
+
+def test_bmv2_names_the_interfaces_that_do_not_exist(tmp_path: Path) -> None:
+    topo = Topology.load(_written(tmp_path, "leaf-spine:1x1x1"))
+    run_dir = tmp_path / "run"
+    absent = missing_interfaces(topology_commands(topo, run_dir))
+    assert absent == {"s1": ["s1-eth1"], "l1": ["l1-eth1", "l1-eth2"]}
+    here = topology_commands(topo, run_dir, iface_format="lo", ifaces={("l1", 2): "nosuch7"})
+    assert missing_interfaces(here) == {"l1": ["nosuch7"]}
+
+
+def _written(tmp_path: Path, spec: str) -> Path:
+    topology = tmp_path / "t.json"
+    assert cli.main(["topo", spec, "-o", str(topology)]) == 0
+    return topology
 
 
 def test_bmv2_refuses_two_switches_at_one_address(

@@ -339,9 +339,15 @@ def test_bad_job_state_file(
 def test_topology_output_that_cannot_be_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    target = tmp_path / "no" / "such" / "dir" / "t.json"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    target = blocker / "t.json"  # its folder cannot be made: a file is in the way
     err = refused(capsys, "topo", "star", "-o", str(target))
-    assert str(target) in err and "No such file or directory" in err
+    assert str(target) in err and "File exists" in err
+    # a folder that is missing is made (documented commands write under build/)
+    made = tmp_path / "build" / "t.json"
+    assert inaemu(capsys, "topo", "star", "-o", str(made))[0] == 0
+    assert made.is_file()
 
 
 # ---------------------------------------------------------------------- switches

@@ -4,8 +4,6 @@ users."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -31,7 +29,9 @@ from inaemu.conformance.run import CASES_DIR, Row, find_cases, load_case, main, 
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import StfError, load_stf, parse_stf
 from inaemu.hostlib.wire import Flag
+from inaemu.p4 import tools
 from inaemu.p4.build import compile_p4
+from inaemu.p4.tools import PREFIX_ENV, find_tool
 from inaemu.softswitch.fast.dataplanes import DATAPLANES
 
 CASES = find_cases([CASES_DIR], [])
@@ -101,14 +101,15 @@ def test_p4c_emits_the_committed_p4info(bmv2_json: Path) -> None:
 
 
 def _shim_simple_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
-    """`simple_switch` on PATH becomes a shell script that runs `script`, then the real one
-    with the arguments as `script` left them."""
-    real = shutil.which("simple_switch")
+    """`simple_switch` becomes a shell script that runs `script`, then the real one with the
+    arguments as `script` left them: the shim is in $INAEMU_P4_PREFIX/bin, where the runner
+    looks first (`inaemu.p4.tools`); the other tools are found where they were."""
+    real = find_tool("simple_switch")
     shim = tmp_path / "bin" / "simple_switch"
     shim.parent.mkdir()
     shim.write_text(f'#!/bin/sh\n{script}\nexec {real} "$@"\n')
     shim.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv(PREFIX_ENV, str(tmp_path))
 
 
 # What a busy machine does to simple_switch: it starts 3 s late, and if told to wait N seconds
@@ -207,10 +208,14 @@ def test_command_refuses_what_it_cannot_run(
     (tmp_path / "bad.stf").write_text("packet one two\n")
     assert main(["--cases", str(tmp_path)]) == 2
     assert "bad.stf:1:" in capsys.readouterr().err
-    monkeypatch.setenv("PATH", str(tmp_path))  # no p4c, no bmv2
+    # no p4c, no bmv2: neither in $INAEMU_P4_PREFIX/bin, nor in /opt/p4/bin, nor on PATH
+    monkeypatch.setenv(PREFIX_ENV, str(tmp_path / "prefix"))
+    monkeypatch.setattr(tools, "DEFAULT_PREFIX", tmp_path / "opt-p4")
+    monkeypatch.setenv("PATH", str(tmp_path))
     assert main(["--target", "bmv2"]) == 2
     err = capsys.readouterr().err
-    assert "not on PATH: p4c-bm2-ss, simple_switch, simple_switch_CLI" in err
+    assert "p4c-bm2-ss, simple_switch, simple_switch_CLI not found in " in err, err
+    assert f"{tmp_path}/prefix/bin (${PREFIX_ENV}/bin), {tmp_path}/opt-p4/bin and PATH" in err
 
 
 # ---------------------------------------------------------------------- multi-switch cases

@@ -19,6 +19,7 @@ import pytest
 from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
 from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
+from inaemu.p4.constants import INA_DROP_REASONS
 from tests.test_p4runtime_server import INFO, _shell_python
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,3 +146,36 @@ def test_the_p4runtime_shell_session(where: str, documented_server: str) -> None
     port_rx = INFO.counter("port_rx")
     assert f'counter_id: {port_rx.id} ("{port_rx.name}")' in out, out
     assert read_job(documented_server) == [0, 4, 2, 1, 1, 0, 1]
+
+
+def shell_check_lines() -> list[list[str]]:
+    """The page's command lines that run tests/p4runtime_shell_check.py."""
+    return [
+        line.split("#")[0].split()
+        for b in blocks(DOC, "sh")
+        for line in b.splitlines()
+        if "p4runtime_shell_check.py" in line and not line.lstrip().startswith("#")
+    ]
+
+
+def test_the_shell_check_is_shown_with_its_required_options() -> None:
+    lines = shell_check_lines()
+    assert len(lines) == 2 and all("--drop-reasons" in argv for argv in lines), lines
+    for argv in lines:
+        assert argv[argv.index("--drop-reasons") + 1] == str(INA_DROP_REASONS), argv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [0, 1], ids=["switch-config", "with-config"])
+def test_the_non_interactive_shell_check(n: int, documented_server: str) -> None:
+    """The page's `tests/p4runtime_shell_check.py` lines, as written (only the port changed),
+    against the server the page starts."""
+    python = _shell_python()
+    argv = shell_check_lines()[n]
+    assert argv[0] == ".venv-p4rt-shell/bin/python", argv
+    argv = argv_with_port(str(python), argv, documented_server)
+    result = subprocess.run(
+        argv, cwd=REPO, capture_output=True, text=True, timeout=120, env=project_env()
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "p4runtime-shell check: OK" in result.stdout

@@ -13,8 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # Bottom up. A package may import its own modules and those of packages on floors below its
-# own: never a package on its own floor or above. bench/, examples/ and tests/ stand above
-# all of them and may import any.
+# own: never a package on its own floor or above. examples/ (scripts for the commands, shipped
+# in the package) is the top floor; bench/ and tests/ stand above all of them and may import
+# any.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("p4",),
     ("topology",),
@@ -23,6 +24,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("controller", "softswitch"),
     ("conformance", "mininet"),
     ("cli",),
+    ("examples",),
 )
 
 FLOOR = {package: n for n, packages in enumerate(FLOORS) for package in packages}

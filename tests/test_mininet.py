@@ -387,11 +387,10 @@ def test_leaf_spine_on_the_softswitch(tmp_path: Path, algo: str) -> None:
 
 @pytest.mark.usefixtures("mininet_ready", "in_root_ns")
 def test_star_on_bmv2(tmp_path: Path) -> None:
-    from inaemu.conformance.bmv2_target import bmv2_available
+    from inaemu.conformance.bmv2_target import TOOLS
+    from inaemu.p4.tools import SIMPLE_SWITCH_GRPC, missing_tools
 
-    missing = bmv2_available()
-    if missing is None and subprocess.run(["which", "simple_switch_grpc"]).returncode:
-        missing = "simple_switch_grpc not on PATH"
+    missing = missing_tools((*TOOLS, SIMPLE_SWITCH_GRPC))
     if missing is not None:
         pytest.skip(f"bmv2: {missing}")
     run = tmp_path / "run"

@@ -226,3 +226,46 @@ def test_a_failing_worker_is_named_and_the_others_stopped(
     assert "gloo: FAILED: rank 1 exited with 1: rank 1: the data set is missing" in captured.out
     assert str(tmp_path / "logs" / "gloo" / "rank1.log") in captured.out
     assert captured.err.startswith("inaemu train: gloo failed")
+
+
+def test_a_script_that_refuses_its_arguments_stops_the_launcher(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Launcher options after the script are the script's (torchrun's rule); a script that
+    refuses them on every rank (argparse: exit status 2) stops the launcher at the first
+    backend, in one line with the script's own message, instead of trying every backend."""
+    script = tmp_path / "refuses.py"
+    script.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")
+    argv = ["--backend", "gloo,ina-fixedpoint", "--workers", "2", "--out", str(tmp_path)]
+    assert main([*argv, str(script), "--workers", "4"]) == 2
+    captured = capsys.readouterr()
+    assert "  gloo: 2 workers, run 1" in captured.out, captured.out
+    assert "  ina-fixedpoint: 2 workers" not in captured.out, captured.out
+    [line] = captured.err.splitlines()
+    assert line == (
+        "inaemu train: refuses.py refused its arguments '--workers 4' on every rank (gloo: "
+        "exit status 2): refuses.py: error: unrecognized arguments: --workers 4; --workers is "
+        "the launcher's: put launcher options before the script (inaemu train [OPTIONS] "
+        "SCRIPT [SCRIPT ARGS]); no other backend was run"
+    ), line
+
+
+def test_the_example_is_written_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`inaemu train --example FILE`: the example, shipped in the package, for an installed
+    user who has no checkout (tests/test_packaging.py trains with it from a wheel)."""
+    out = tmp_path / "my_train.py"
+    assert main(["--example", str(out)]) == 0
+    assert out.read_text() == EXAMPLE.read_text()
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert main(["--example", str(tmp_path / "build" / "t.py")]) == 0  # its folder is made
+    assert (tmp_path / "build" / "t.py").read_text() == EXAMPLE.read_text()
+    capsys.readouterr()
+    for argv, message in [
+        (["--example", str(out)], f"--example {out}: exists; give a new file name"),
+        (["--example", str(out / "x.py")], f"--example {out / 'x.py'}: "),  # under a file
+        (["--example", str(tmp_path / "y.py"), str(EXAMPLE)], "give it alone"),
+        ([], "give the training script: inaemu train [OPTIONS] SCRIPT"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("inaemu train: ") and message in err, err

@@ -1,10 +1,16 @@
-"""`inaemu train SCRIPT [ARGS...]`: run a DDP training script on the emulated network, once per
-backend, and compare the backends' training curves.
+"""`inaemu train [OPTIONS] SCRIPT [ARGS...]`: run a DDP training script on the emulated network,
+once per backend, and compare the backends' training curves.
 
-    inaemu train examples/train_ddp.py --backend all --workers 4
-    inaemu train examples/train_ddp.py --backend ina-sketch,gloo --topo leaf-spine:2x2x2
-    sudo .venv/bin/inaemu train examples/train_ddp.py --mininet --backend all --bw 100
-    inaemu train my_train.py --backend ina-fixedpoint -- --epochs 3    # the script's own args
+    inaemu train --backend all --workers 4 examples/train_ddp.py
+    inaemu train --backend ina-sketch,gloo --topo leaf-spine:2x2x2 examples/train_ddp.py
+    inaemu train --mininet --backend all --bw 100 examples/train_ddp.py     # as root
+    inaemu train --backend ina-fixedpoint my_train.py --epochs 3    # the script's own args
+    inaemu train --example my_train.py    # writes examples/train_ddp.py there (installed too)
+
+As with torchrun, the launcher's options come before SCRIPT and everything after SCRIPT is the
+script's. A script that refuses its arguments on every rank (exit status 2, argparse's) stops
+the launcher at the first backend, with the script's own message: no other backend would take
+them either.
 
 What it does, so that the script does none of it:
 
@@ -31,13 +37,15 @@ sharing the machine's cores with the workers, so a packet's trip through a switc
 network's bandwidth, bounds every iteration's allreduce (the report says so).
 
 Exit status: 0 every backend trained; 1 a backend failed (its log is named); 2 bad
-arguments, or the network could not be built or programmed; 130 interrupted. The network and
+arguments (the launcher's, or the script's on every rank), or the network could not be built
+or programmed; 130 interrupted. The network and
 every process it started are gone when it exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import json
 import math
 import os
@@ -57,6 +65,7 @@ from typing import Any
 from inaemu.cli.train.embedded_network import EmbeddedNetwork
 from inaemu.cli.train.network import Network, TrainError, TrainOptions, schedule_path
 from inaemu.collectives.schedule import Schedule
+from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, parse_backend
@@ -67,6 +76,9 @@ from inaemu.topology.model import Topology, TopologyError
 FLOAT_INA_CODECS = tuple(c for c in sorted(CODECS) if c != "int32")
 FLOAT_SCHEDULE_CODECS = tuple(c for c in SCHEDULE_CODECS if c != "int32")
 POLL = 0.2  # seconds between looks at the workers and switches
+USAGE_STATUS = 2  # a script's exit status when it refuses its command line (argparse's)
+USAGE_GRACE = 10.0  # seconds the other ranks get to exit as well once one refused its arguments
+EXAMPLE = "train_ddp.py"  # the example script, shipped in the package as inaemu.examples
 
 
 # ---------------------------------------------------------------------- backends
@@ -137,6 +149,7 @@ class BackendRun:
     step_seconds: list[float] = field(default_factory=list)  # the slowest rank's
     allreduce_seconds: list[float] = field(default_factory=list)  # the slowest rank's
     time: list[float] = field(default_factory=list)  # cumulative step seconds
+    refused: str = ""  # every rank refused its arguments: the script's own message
 
     @property
     def ok(self) -> bool:
@@ -215,7 +228,12 @@ def run_backend(net: Network, backend: Backend, opts: TrainOptions, say: Any) ->
         while True:
             failed = [r for r in list(exits) if procs[r].returncode != 0]
             if failed:
-                result.error = failure(failed[0])
+                first = failed[0]
+                result.error = failure(first)
+                if procs[first].returncode == USAGE_STATUS and _every_rank_exits(
+                    procs, exits, USAGE_STATUS
+                ):
+                    result.refused = log_tail(logs / f"rank{first}.log", 1)
                 break
             if len(exits) == len(procs):
                 break
@@ -235,6 +253,17 @@ def run_backend(net: Network, backend: Backend, opts: TrainOptions, say: Any) ->
     if not result.error and not result.iterations:
         result.error = f"the script recorded no iteration (LaunchedWorker.record; logs: {logs})"
     return result
+
+
+def _every_rank_exits(
+    procs: Sequence[subprocess.Popen[bytes]], exits: list[int], status: int
+) -> bool:
+    """Whether every rank exits with `status` within USAGE_GRACE seconds (they all got the
+    same arguments, so a script that refuses them does so on every rank, at once)."""
+    deadline = time.monotonic() + USAGE_GRACE
+    while len(exits) < len(procs) and time.monotonic() < deadline:
+        time.sleep(POLL / 4)
+    return len(exits) == len(procs) and all(p.returncode == status for p in procs)
 
 
 def _note_exit(proc: subprocess.Popen[bytes], rank: int, exits: list[int]) -> None:
@@ -429,12 +458,27 @@ def plot(
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="inaemu train",
+        usage="inaemu train [OPTIONS] SCRIPT [SCRIPT ARGS...]",
         description="Run a DDP training script on the emulated network, once per backend, "
         "and plot the backends' loss and accuracy against iterations and time "
-        "(cli/train/launcher.py; examples/train_ddp.py is one such script).",
+        "(cli/train/launcher.py; examples/train_ddp.py is one such script, and --example "
+        "writes it out). As with torchrun, the launcher's options come before SCRIPT; "
+        "everything after SCRIPT is the script's.",
     )
-    ap.add_argument("script", type=Path, help="the training script (examples/train_ddp.py)")
+    ap.add_argument(
+        "script",
+        type=Path,
+        nargs="?",
+        help="the training script (examples/train_ddp.py, or one --example wrote)",
+    )
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    ap.add_argument(
+        "--example",
+        type=Path,
+        metavar="FILE",
+        help=f"write the example training script ({EXAMPLE}, shipped with inaemu) to FILE "
+        "and run nothing",
+    )
     ap.add_argument(
         "--backend",
         default="all",
@@ -490,6 +534,11 @@ def options(args: argparse.Namespace) -> TrainOptions:
     script_args = list(args.args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
+    if args.script is None:
+        raise ValueError(
+            "give the training script: inaemu train [OPTIONS] SCRIPT [SCRIPT ARGS] (e.g. "
+            "examples/train_ddp.py, or write it out with --example FILE)"
+        )
     if not args.script.is_file():
         raise ValueError(f"{args.script}: no such script")
     if args.workers is not None and args.workers < 2:
@@ -502,8 +551,6 @@ def options(args: argparse.Namespace) -> TrainOptions:
         raise ValueError("--bw and --switch are for --mininet (embedded links have no bandwidth)")
     if args.bw is not None and not 0 < args.bw <= MAX_BW:
         raise ValueError(f"--bw {args.bw:g}: Mininet shapes 0 < bw <= {MAX_BW:.0f} Mbit/s")
-    if args.mininet and os.geteuid() != 0:
-        raise ValueError("--mininet needs root (sudo .venv/bin/inaemu train ... --mininet)")
     label = args.topo or f"star:{args.workers or 4}"
     net = f"mininet-{args.switch}" if args.mininet else "embedded"
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -564,6 +611,8 @@ def train(opts: TrainOptions, say: Any = print) -> tuple[list[BackendRun], dict[
         say(f"  network up and programmed in {time.monotonic() - started:.1f} s: {net.label}")
         for backend in opts.backends:
             runs.append(run_backend(net, backend, opts, say))
+            if runs[-1].refused:  # no other backend would take these arguments either
+                raise TrainError(refused_arguments(opts, runs[-1]))
             if runs[-1].error:
                 say(f"  {backend.name}: FAILED: {runs[-1].error}", flush=True)
         network_label = net.label
@@ -583,6 +632,50 @@ def train(opts: TrainOptions, say: Any = print) -> tuple[list[BackendRun], dict[
     }
     (opts.out / "train.json").write_text(json.dumps(summary, indent=2) + "\n")
     return runs, summary
+
+
+def refused_arguments(opts: TrainOptions, run: BackendRun) -> str:
+    """One line: the script refused its arguments on every rank, in its own words, and which
+    of them are the launcher's (they go before the script)."""
+    ours = {
+        a.split("=", 1)[0]
+        for a in opts.script_args
+        if a.split("=", 1)[0] in build_parser()._option_string_actions
+    }
+    hint = (
+        f"; {', '.join(sorted(ours))} {'is' if len(ours) == 1 else 'are'} the launcher's: "
+        "put launcher options before the script (inaemu train [OPTIONS] SCRIPT [SCRIPT ARGS])"
+        if ours
+        else ""
+    )
+    return (
+        f"{opts.script.name} refused its arguments {' '.join(opts.script_args) or '(none)'!r} "
+        f"on every rank ({run.backend}: exit status {USAGE_STATUS}): {run.refused or '?'}"
+        f"{hint}; no other backend was run"
+    )
+
+
+def check_new_file(path: Path) -> None:
+    """ValueError unless `path` is free for --example to write."""
+    if path.exists() or path.is_symlink():
+        raise ValueError(f"--example {path}: exists; give a new file name")
+
+
+def write_example(path: Path) -> str:
+    """Write the example training script (inaemu.examples, in the package) to `path`, making
+    its folder; ValueError if `path` exists or cannot be written. The line that says what was
+    done."""
+    source = importlib.resources.files("inaemu.examples").joinpath(EXAMPLE)
+    check_new_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source.read_text())
+    except OSError as exc:
+        raise ValueError(f"--example {path}: {exc.strerror or exc}") from None
+    return (
+        f"wrote {path} (the example {EXAMPLE}: DDP on a generated task); train with it: "
+        f"inaemu train [OPTIONS] {path} [--steps N ...]"
+    )
 
 
 def report(
@@ -617,8 +710,21 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        opts = options(build_parser().parse_args(argv))
+        if args.example is not None:
+            if args.script is not None:
+                raise ValueError("--example writes the example and runs nothing: give it alone")
+            check_new_file(args.example)
+            if arg.parse_only("inaemu train"):
+                return 0
+            print(write_example(args.example))
+            return 0
+        opts = options(args)
+        if arg.parse_only("inaemu train"):
+            return 0
+        if opts.mininet and os.geteuid() != 0:
+            raise ValueError("--mininet needs root: run it as root, or with sudo in front")
     except ValueError as exc:
         print(f"inaemu train: {exc}", file=sys.stderr)
         return 2

@@ -592,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arbitration", choices=("promote", "strict"), default="promote")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if arg.parse_only(parser.prog):
+        return 0
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
     server = P4RuntimeServer(
         Pipeline(),
