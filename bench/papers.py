@@ -1125,7 +1125,8 @@ def figure(
                 (c for c in cells if (c.comparison, c.algo) == (comp, algo)),
                 key=lambda c: c.density if dense else c.size,
             )
-            xs = [c.density if dense else c.size for c in cs]
+            aside = marks.dodge(i, len(groups))
+            xs = [(c.density if dense else c.size) * aside for c in cs]
             color = f"C{i % 10}"
             label = algo if len({c for c, _ in groups}) == 1 else f"{comp}: {algo}"
             left.plot(xs, [c.median for c in cs], color=color, label=label)
@@ -1151,21 +1152,27 @@ def figure(
         shown = [r for r in ratios if r.key in keys]
         speedups: list[float] = [1.0]
         series: list[Any] = []
+        lines = [
+            (key, setting)
+            for key in keys
+            for setting in dict.fromkeys(r.setting.split(",")[0] for r in shown if r.key == key)
+        ]
         for i, key in enumerate(keys):
             rs = sorted((r for r in ratios if r.key == key), key=lambda r: (r.setting, r.x))
             settings = dict.fromkeys(r.setting.split(",")[0] for r in rs)
             for j, setting in enumerate(settings):
                 sub = [r for r in rs if r.setting.split(",")[0] == setting]
-                xs = [r.x for r in sub]
+                aside = marks.dodge(lines.index((key, setting)), len(lines))
+                xs = [r.x * aside for r in sub]
                 color = f"C{i % 10}"
                 shape = "os^"[j % 3]  # the shape tells settings apart, the fill the bound
                 lab = key if len(settings) == 1 else f"{key} ({setting})"
                 right.plot(xs, [r.median for r in sub], color=color)
                 series.append(Line2D([], [], color=color, marker=shape, label=lab))
-                for r in sub:
-                    right.plot([r.x], [r.median], **marks.point(color, r.emulator > 0, shape))
+                for x, r in zip(xs, sub, strict=True):
+                    right.plot([x], [r.median], **marks.point(color, r.emulator > 0, shape))
                     if r.repeats > 1:
-                        right.errorbar([r.x], [r.median],
+                        right.errorbar([x], [r.median],
                                        yerr=[[r.median - r.low], [r.high - r.median]],
                                        fmt="none", ecolor=color, **marks.SPREAD)  # fmt: skip
                 right.plot(xs, [r.model for r in sub], color=color, **marks.MODEL)

@@ -529,9 +529,6 @@ def bound_notes(rows: Sequence[Row]) -> list[str]:
 # ---------------------------------------------------------------------- the plot
 
 
-DODGE = 1.03  # the plot: neighbouring algorithms' points this factor apart around a size
-
-
 def completion_figure(pts: Sequence[Point], *, title: str = "") -> Any:
     """The figure of completion time against size (log-log): per algorithm the median of its
     verified runs (a line), the spread min-max (bars), its link floor (dashed, its colour),
@@ -558,8 +555,8 @@ def completion_figure(pts: Sequence[Point], *, title: str = "") -> Any:
     for i, algo in enumerate(algos):
         colour = colours[i % len(colours)]
         mine = sorted((p for p in pts if p.algo == algo and p.seconds), key=lambda p: p.size)
-        # each algorithm a little to the side of the size (DODGE), so that bars do not overlap
-        dodge = DODGE ** (i - (len(algos) - 1) / 2)
+        # each algorithm a little to the side of the size, so that bars do not overlap
+        dodge = marks.dodge(i, len(algos))
         xs, ys = [p.size * dodge for p in mine], [p.median for p in mine]
         values += [p.low for p in mine] + [p.high for p in mine]
         ax.plot(xs, ys, color=colour, linewidth=1.5)

@@ -15,7 +15,8 @@ Used by the completion plots (`inaemu mininet --sizes`, `inaemu demo --algo ... 
 - a model's prediction (alpha-beta): a dashed, paler line with x markers;
 - a paper's number: a dotted black line.
 
-Axes of sizes (or densities) are logarithmic with a tick at exactly each value plotted and
+Several series at one size sit a few percent apart around it (`dodge`). Axes of sizes (or
+densities) are logarithmic with a tick at exactly each value plotted and
 limits a factor `PAD` beyond the outermost (one value: a factor `PAD` either side, not the
 decades matplotlib would choose around a single point); axes of times and ratios are
 logarithmic with 1-2-5 ticks from the one at or below the least value to the one at or above
@@ -39,6 +40,13 @@ FLOOR: dict[str, Any] = {"linestyle": "--", "linewidth": 1, "alpha": 0.7}
 MODEL: dict[str, Any] = {"linestyle": "--", "marker": "x", "alpha": 0.6}
 PAPER: dict[str, Any] = {"color": "black", "linestyle": ":", "alpha": 0.7}
 PAD = 1.4  # a size axis's limits beyond its outermost values, as a factor
+DODGE = 1.03  # neighbouring series' points this factor apart around a size
+
+
+def dodge(i: int, n: int) -> float:
+    """The factor that puts series `i` of `n` a little to the side of a size, so that the
+    series' points and bars at one size do not hide one another (the tick stays at the size)."""
+    return float(DODGE ** (i - (n - 1) / 2))
 
 
 def point(colour: str, emulator_bound: bool, marker: str = "o") -> dict[str, Any]:
