@@ -33,6 +33,13 @@ simple_switch_grpc when bmv2 is installed (log level `--bmv2-log-level`, default
    estimated it (`spur.cl`, a lower bound); the clients' congestion window (end / mean) and
    SRTT; the switch's busiest thread: share of the run it ran and waited for a CPU
    (`sw ran+wait`; near 100 %: the switch always had work), and its CPU per packet.
+3. **what bounded each run**, judged as `inaemu mininet` judges one
+   (`mininet.accounting.classify`, docs/mininet.md "What bounded a run"): the CPU of the
+   switch and of every worker process and the machine's over the run (`CpuMeter`, from
+   /proc), and the switch's drops outside its pipeline during it (the softswitch's own
+   report, from its log; bmv2's from the kernel, `Bmv2Drops`: its receive rings, its veths'
+   tx_dropped). The veths are unshaped, so a run is always the emulator's; the line under
+   the table says what of it (`# SWITCH run N: emulator-bound: ...`).
 
 Prints a table; asserts nothing about the numbers. Without root (or network namespaces) it says
 so and exits; a switch that is not installed is skipped with the reason. The defaults (4 x 1M
@@ -51,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -228,6 +236,11 @@ class RunResult:
     switch_ran: float
     switch_waited: float
     switch_cost: float  # the same CPU seconds per packet into the switch
+    # what bounded it (`mininet.accounting.classify`, as `inaemu mininet` judges a run): the
+    # veths are unshaped, so always the emulator; the reason names the switch's and workers'
+    # CPU, the machine's, and the drops outside the switch's pipeline
+    bound_by: str = "unknown"
+    bound_reason: str = ""
 
 
 _COUNTER = re.compile(r"([a-z_]+) (\d+)")
@@ -366,39 +379,65 @@ def run_allreduce(
     seed: int,
     run: int,
     before: dict[str, int],
-    switch_pid: int,
+    switch: tuple[int, str],
+    read_drops: Callable[[], dict[str, dict[str, int]]],
 ) -> tuple[RunResult, dict[str, int]]:
-    """One allreduce of all hosts; `before`: the switch's counters before it. Returns the
-    result and the counters after it."""
+    """One allreduce of all hosts; `before`: the switch's counters before it; `switch`: its
+    pid and kind; `read_drops`: its drops outside the pipeline so far. Returns the result and
+    the counters after it."""
+    from inaemu.mininet.accounting import (
+        DROPS_REPORTED_WITHIN,
+        CpuMeter,
+        classify,
+        drops_delta,
+        emulator_drops,
+        wait_exited,
+    )
+
+    switch_pid, kind = switch
     agg = net.topology.switches[net.switch_name]
     cpu_before = thread_cpu(switch_pid)
-    start_at = time.time() + args.start_delay
-    procs = []
-    for rank, (name, host) in enumerate(sorted(net.topology.hosts.items())):
-        argv = [sys.executable, *([args.worker] if args.worker else ["-m", WORKER_MODULE])]
-        argv += ["--job", str(ALLREDUCE_JOB)]
-        argv += ["--workers", str(N_WORKERS), "--rank", str(rank), "--local-ip", host.ip]
-        argv += ["--mac", host.mac, "--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
-        argv += ["--size", str(args.size), "--seed", str(seed), "--codec", "fixedpoint"]
-        argv += ["--window", str(args.window), "--run", str(run), "--timeout", "60"]
-        argv += ["--start-at", f"{start_at:.6f}"]
-        if args.fixed_window:
-            argv += ["--fixed-window"]
-        procs.append(net.host(name, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    lines = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"worker failed: {err.strip()}")
-        lines.append(json.loads(out.splitlines()[-1]))
+    drops_before = read_drops()
+    with CpuMeter() as meter:
+        meter.track(switch_pid, net.switch_name, kind)
+        start_at = time.time() + args.start_delay
+        procs = []
+        for rank, (name, host) in enumerate(sorted(net.topology.hosts.items())):
+            argv = [sys.executable, *([args.worker] if args.worker else ["-m", WORKER_MODULE])]
+            argv += ["--job", str(ALLREDUCE_JOB)]
+            argv += ["--workers", str(N_WORKERS), "--rank", str(rank), "--local-ip", host.ip]
+            argv += ["--mac", host.mac, "--switch-ip", agg.agg_ip, "--switch-mac", agg.agg_mac]
+            argv += ["--size", str(args.size), "--seed", str(seed), "--codec", "fixedpoint"]
+            argv += ["--window", str(args.window), "--run", str(run), "--timeout", "60"]
+            argv += ["--start-at", f"{start_at:.6f}"]
+            if args.fixed_window:
+                argv += ["--fixed-window"]
+            procs.append(net.host(name, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            meter.track(procs[-1].pid, name, "worker")
+        lines = []
+        for proc in procs:
+            assert proc.stdout is not None and proc.stderr is not None
+            out, err = proc.stdout.read(), proc.stderr.read()  # until it exits
+            if wait_exited(proc, 600):
+                meter.finished(proc.pid)  # its CPU, read before it is reaped
+            proc.wait(5)
+            if proc.returncode != 0:
+                raise RuntimeError(f"worker failed: {err.strip()}")
+            lines.append(json.loads(out.splitlines()[-1]))
     if VERBOSE:
         for ln in lines:
             print(f"#   {ln} (start +{ln['start'] - start_at:.3f}s)", file=sys.stderr)
     ran, waited = busiest(cpu_before, thread_cpu(switch_pid))
+    end = max(ln["end"] for ln in lines)
+    time.sleep(max(0.0, DROPS_REPORTED_WITHIN - (time.time() - end)))
+    dropped = emulator_drops(drops_delta(drops_before, read_drops()), {})
+    bound = classify(end - start_at, None, meter.usage(start_at, end), dropped, shaped=False)
     after = switch_counters(net, topo_file)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     n_chunks = _chunks(args.size)
     result = RunResult(
+        bound_by=bound.by,
+        bound_reason=bound.reason,
         seconds=max(ln["end"] for ln in lines) - start_at,
         packets_sent=sum(ln["packets_sent"] for ln in lines),
         needed=n_chunks * N_WORKERS,
@@ -435,6 +474,7 @@ class SwitchResult:
 
 def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
     from inaemu.conformance.bmv2_target import TOOLS
+    from inaemu.mininet.accounting import Bmv2Drops, read_port_drops
     from inaemu.p4.build import compile_p4
     from inaemu.p4.tools import SIMPLE_SWITCH_GRPC, missing_tools
     from inaemu.topology.builders import star
@@ -455,12 +495,25 @@ def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
         topo_file = tmp / "topology.json"
         topo.save(topo_file)
         with StarNet(topo) as net:
+            read_drops: Callable[[], dict[str, dict[str, int]]]
             if kind == "softswitch":
-                switch = start_softswitch(net)
+                log = tmp / "softswitch.log"
+                switch = start_softswitch(net, log=log)
                 max_rate = 300_000.0
+
+                def read_drops() -> dict[str, dict[str, int]]:
+                    return {net.switch_name: read_port_drops(log)}
+
             else:
                 switch = start_bmv2(net, tmp, log_level=args.bmv2_log_level)
                 max_rate = 50_000.0
+                bmv2_drops = Bmv2Drops()
+                ports = [net.interface(p) for p in sorted(net.ports.values())]
+
+                def read_drops() -> dict[str, dict[str, int]]:
+                    pid = switch.pid
+                    return {net.switch_name: bmv2_drops.read(pid, ports, net.switch_ns)}
+
             inaemu(net, "pipeline", "push", "-t", str(topo_file))
             cap4 = None
             if args.cap4:
@@ -473,7 +526,10 @@ def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
                 # speed drifts (a shared VM) moves both sides of the ratio together.
                 cap1.append(measure_capacity(net, topo_file, hosts[:1], max_rate, switch.pid))
                 counters = switch_counters(net, topo_file)
-                res, _ = run_allreduce(net, topo_file, args, rep + 1, rep + 1, counters, switch.pid)
+                res, _ = run_allreduce(
+                    net, topo_file, args, rep + 1, rep + 1, counters, (switch.pid, kind),
+                    read_drops,
+                )  # fmt: skip
                 runs.append(res)
     return SwitchResult(kind, cap1, cap4, runs, time.monotonic() - started)
 
@@ -565,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
                 c4 = res.cap4.capacity or float("nan")
                 line += f" {c4:>7,.0f} {r.seconds * c4 / r.packets_sent:>8.2f}"
             print(line)
+    for res in results:  # what bounded each run (`inaemu mininet`'s accounting)
+        for i, r in enumerate(res.runs):
+            print(f"# {res.kind} run {i + 1}: {r.bound_by}-bound: {r.bound_reason}")
     for res in results:
         ratios = sorted(
             r.seconds * c.capacity / r.packets_sent for r, c in zip(res.runs, res.cap1, strict=True)

@@ -16,8 +16,9 @@ verified by the runner):
    interleaved, and printed side by side: the median limit of each, its spread, the ratio of
    the medians (and per pair), and what bounded the median run (the runner's accounting).
 2. **shaped**: the links set to `--share` (default 0.5) of that limit
-   (`accounting.choose_bw`), checked as `--bw auto` checks it (one shaped run of about a
-   second of link time; not links-bound: step down, `accounting.next_bw`), so that the links
+   (`accounting.choose_bw`), checked as `--bw auto` checks it (a shaped run of each
+   algorithm, here INA alone, of about a second of link time; not links-bound: step down,
+   `accounting.next_bw`), so that the links
    and not the switch bound the run, and M chosen
    so that M * 8 / bw is about `--seconds`. Per run: `x M*8/bw`, the completion time over the
    time the payload alone needs at the link rate, and `x wire`, over the time the busiest host
@@ -213,9 +214,10 @@ def checked_bw(
     dataplane: str | None,
     window: int | None,
 ) -> float:
-    """As `inaemu mininet --bw auto` checks its rate (`mininet.run.check_bw`): one shaped run
-    of about a second of link time at `bw`; if the links did not bound it, step down
-    (`accounting.next_bw`) and check again, at most `BW_CHECKS` runs. Prints each check."""
+    """As `inaemu mininet --bw auto` checks its rate (`mininet.run.check_bw`, which runs every
+    algorithm; here INA is the only one): one shaped run of about a second of link time at
+    `bw`; if the links did not bound it, step down (`accounting.next_bw`) and check again, at
+    most `BW_CHECKS` runs. Prints each check."""
     for _ in range(BW_CHECKS):
         size = check_size(cap, bw)
         run = run_scenario(topo, kind, size, bw, tmp, dataplane, window)

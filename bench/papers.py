@@ -623,6 +623,7 @@ class Cell:
     load: float | None  # median busiest-link load
     bound: str  # the most common bound over the repeats
     bound_reason: str
+    emulator: int = 0  # runs the emulator bounded (the plot draws the point hollow)
 
 
 def cells_of(points: Sequence[Point], comps: Sequence[Comparison], model: Model) -> list[Cell]:
@@ -659,6 +660,7 @@ def cells_of(points: Sequence[Point], comps: Sequence[Comparison], model: Model)
                 statistics.median(loads) if loads else None,
                 common,
                 reason,
+                sum(p.bound == "emulator" for p in ps),
             )
         )
     return out
@@ -676,7 +678,8 @@ class Ratio:
     low: float
     high: float
     model: float
-    repeats: int
+    repeats: int  # the repeats whose runs made a ratio (0: a count from the checker, no run)
+    emulator: int = 0  # of them, those in which the emulator bounded a run
 
 
 def _by_repeat(
@@ -705,12 +708,17 @@ def ratio(
     system's time in the same repeat; the model's ratio from the same cells."""
     sys_t = _by_repeat(points, *system, size, density)
     base_t = [_by_repeat(points, c, a, size, density) for c, a in base]
-    per = [
-        min(b[r] for b in base_t) / t
-        for r, t in sys_t.items()
-        if all(r in b for b in base_t) and t > 0
-    ]
+    paired = [r for r, t in sys_t.items() if all(r in b for b in base_t) and t > 0]
+    per = [min(b[r] for b in base_t) / sys_t[r] for r in paired]
     med, lo, hi = spread(per)
+    involved = {system, *base}
+    emulator = {
+        p.repeat
+        for p in points
+        if (p.comparison, p.algo) in involved
+        and (p.size, p.density) == (size, density)
+        and p.bound == "emulator"
+    }
 
     def cell(c: str, a: str) -> Cell:
         return next(
@@ -718,7 +726,7 @@ def ratio(
         )
 
     model = min(cell(c, a).model for c, a in base) / cell(*system).model
-    return Ratio(paper, key, setting, x, med, lo, hi, model, len(per))
+    return Ratio(paper, key, setting, x, med, lo, hi, model, len(per), len(emulator & set(paired)))
 
 
 def _label(size: int) -> str:
@@ -967,6 +975,22 @@ def _x(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{x:.2f}x"
 
 
+def emulated(r: Ratio) -> str:
+    """A ratio as the tables write it: the median and the range of its runs' ratios, "1 run"
+    when there is one (no range), or what it is when no run made it."""
+    if r.repeats == 0:
+        if math.isfinite(r.median):
+            return f"{r.median:g} (the schedule checker's count, not a run)"
+        return "- (no verified run)"
+    if r.repeats == 1:
+        return f"{_x(r.median)} (1 run)"
+    return f"{_x(r.median)} ({_x(r.low)}-{_x(r.high)}, {r.repeats} runs)"
+
+
+def min_max(r: Ratio) -> str:
+    return f"{_x(r.low)}-{_x(r.high)}" if r.repeats > 1 else "-"
+
+
 def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -979,8 +1003,8 @@ def headline_table(paper: str, ratios: Sequence[Ratio], train: dict[str, Any] | 
         rs = [r for r in ratios if r.key == c.ratio]
         if rs:
             for r in rs:
-                emu = f"{_x(r.median)} ({_x(r.low)}-{_x(r.high)}, {r.repeats} repeats)"
-                rows.append([c.what, c.paper, r.setting, emu, _x(r.model)])
+                model = _x(r.model) if r.repeats else f"{r.model:g}"
+                rows.append([c.what, c.paper, r.setting, emulated(r), model])
         elif c.ratio.startswith("train") and train and train.get("ok"):
             b = train["backends"]
             base, sys_ = b.get("ps-plain", {}), b.get("ring-inceptionn", {})
@@ -1015,7 +1039,7 @@ def cells_table(cells: Sequence[Cell], dense: bool) -> list[str]:
                 *([f"{c.density:.3g}"] if dense else []),
                 f"{c.verified}/{c.runs}",
                 _s(c.median),
-                f"{_s(c.low)}-{_s(c.high)}",
+                f"{_s(c.low)}-{_s(c.high)}" if c.verified > 1 else "-",
                 _s(c.model),
                 _x(c.median / c.model) if c.model > 0 else "-",
                 load,
@@ -1041,10 +1065,9 @@ def cells_table(cells: Sequence[Cell], dense: bool) -> list[str]:
 
 def ratios_table(ratios: Sequence[Ratio]) -> list[str]:
     rows = [
-        [r.key, r.setting, _x(r.median), f"{_x(r.low)}-{_x(r.high)}", _x(r.model), str(r.repeats)]
-        for r in ratios
+        [r.key, r.setting, _x(r.median), min_max(r), _x(r.model), str(r.repeats)] for r in ratios
     ]
-    return table(("ratio", "setting", "emulated median", "min-max", "model", "repeats"), rows)
+    return table(("ratio", "setting", "emulated median", "min-max", "model", "runs"), rows)
 
 
 # ---------------------------------------------------------------------- plots
@@ -1057,74 +1080,124 @@ def plot(
     train: dict[str, Any] | None,
     path: Path,
 ) -> Path:
+    """`figure` as a PNG at `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(paper, cells, ratios, train)
+    try:
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def figure(
+    paper: str, cells: Sequence[Cell], ratios: Sequence[Ratio], train: dict[str, Any] | None
+) -> Any:
     """Left: completion time against size (or density), the emulated median with its
     min-max and the model (x, dashed); middle: the headline ratios, the model's dashed, the
-    paper's number dotted; for INCEPTIONN a third panel: the training run's accuracy."""
+    paper's number dotted; for INCEPTIONN a third panel: the training run's accuracy. The
+    marks and axes are every plot's of runs (`inaemu.mininet.marks`): an emulator-bound point
+    hollow, axes of sizes around the sizes run (quick mode: one). The caller closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from inaemu.mininet import marks
 
     trained = paper == "inceptionn" and bool(train and train.get("ok") and train.get("curves"))
     fig, axes = plt.subplots(1, 3 if trained else 2, figsize=(18 if trained else 12, 4.8))
     left, right = axes[0], axes[1]
     dense = paper == "sketch"
     xlabel = "gradient density (per worker)" if dense else "elements per worker (4 bytes)"
+
+    def x_label(x: float) -> str:
+        return f"{x:g}" if dense else _label(int(x))
+
     try:
         groups = dict.fromkeys((c.comparison, c.algo) for c in cells)
+        times: list[float] = []
+        hollow = False
         for i, (comp, algo) in enumerate(groups):
             cs = sorted(
                 (c for c in cells if (c.comparison, c.algo) == (comp, algo)),
                 key=lambda c: c.density if dense else c.size,
             )
-            xs = [c.density if dense else c.size for c in cs]
+            aside = marks.dodge(i, len(groups))
+            xs = [(c.density if dense else c.size) * aside for c in cs]
             color = f"C{i % 10}"
             label = algo if len({c for c, _ in groups}) == 1 else f"{comp}: {algo}"
-            err = [[c.median - c.low for c in cs], [c.high - c.median for c in cs]]
-            left.errorbar(xs, [c.median for c in cs], yerr=err, marker="o", color=color,
-                          label=label, capsize=3)  # fmt: skip
-            left.plot(xs, [c.model for c in cs], ls="--", marker="x", color=color, alpha=0.6)
-        left.set_xscale("log")
-        left.set_yscale("log")
+            left.plot(xs, [c.median for c in cs], color=color, label=label)
+            for x, c in zip(xs, cs, strict=True):
+                hollow |= c.emulator > 0
+                left.plot([x], [c.median], **marks.point(color, c.emulator > 0))
+                if c.verified > 1:
+                    left.errorbar([x], [c.median], yerr=[[c.median - c.low], [c.high - c.median]],
+                                  fmt="none", ecolor=color, **marks.SPREAD)  # fmt: skip
+            left.plot(xs, [c.model for c in cs], color=color, **marks.MODEL)
+            times += [c.low for c in cs] + [c.high for c in cs] + [c.model for c in cs]
+        runs = max((c.verified for c in cells), default=0)
+        marks.size_axis(left, [c.density if dense else c.size for c in cells], x_label)
+        marks.value_axis(left, times)
         left.set_xlabel(xlabel)
         left.set_ylabel("completion time (s)")
-        left.set_title("emulated: median, min-max (o); model (x, dashed)", fontsize=10)
-        left.grid(True, which="both", alpha=0.3)
-        left.legend(fontsize=7)
+        left.set_title("emulated: median (o), min-max; model (x, dashed)", fontsize=10)
+        left.grid(True, which="major", alpha=0.3)
+        handles, _ = left.get_legend_handles_labels()
+        extra = marks.handles(emulator_bound=hollow, model=True, runs=runs)
+        left.legend(handles=[*handles, *extra], fontsize=7)
         keys = dict.fromkeys(r.key for r in ratios if r.key != "hdrm max flows")
+        shown = [r for r in ratios if r.key in keys]
+        speedups: list[float] = [1.0]
+        series: list[Any] = []
+        lines = [
+            (key, setting)
+            for key in keys
+            for setting in dict.fromkeys(r.setting.split(",")[0] for r in shown if r.key == key)
+        ]
         for i, key in enumerate(keys):
             rs = sorted((r for r in ratios if r.key == key), key=lambda r: (r.setting, r.x))
             settings = dict.fromkeys(r.setting.split(",")[0] for r in rs)
-            for j, s in enumerate(settings):
-                sub = [r for r in rs if r.setting.split(",")[0] == s]
-                xs = [r.x for r in sub]
+            for j, setting in enumerate(settings):
+                sub = [r for r in rs if r.setting.split(",")[0] == setting]
+                aside = marks.dodge(lines.index((key, setting)), len(lines))
+                xs = [r.x * aside for r in sub]
                 color = f"C{i % 10}"
-                lab = key if len(settings) == 1 else f"{key} ({s})"
-                right.errorbar(
-                    xs,
-                    [r.median for r in sub],
-                    yerr=[[r.median - r.low for r in sub], [r.high - r.median for r in sub]],
-                    marker="os^"[j % 3],
-                    color=color,
-                    label=lab,
-                    capsize=3,
-                )
-                right.plot(xs, [r.model for r in sub], ls="--", marker="x", color=color,
-                           alpha=0.6)  # fmt: skip
+                shape = "os^"[j % 3]  # the shape tells settings apart, the fill the bound
+                lab = key if len(settings) == 1 else f"{key} ({setting})"
+                right.plot(xs, [r.median for r in sub], color=color)
+                series.append(Line2D([], [], color=color, marker=shape, label=lab))
+                for x, r in zip(xs, sub, strict=True):
+                    right.plot([x], [r.median], **marks.point(color, r.emulator > 0, shape))
+                    if r.repeats > 1:
+                        right.errorbar([x], [r.median],
+                                       yerr=[[r.median - r.low], [r.high - r.median]],
+                                       fmt="none", ecolor=color, **marks.SPREAD)  # fmt: skip
+                right.plot(xs, [r.model for r in sub], color=color, **marks.MODEL)
+                speedups += [v for r in sub for v in (r.low, r.high, r.model)]
         right.axhline(1.0, color="grey", lw=0.8)
-        for c in CLAIMS[paper]:
-            if c.value is not None and c.ratio in keys:
-                right.axhline(c.value, color="black", ls=":", alpha=0.7)
-                right.annotate(f"paper: {c.paper} ({c.ratio})", (0.01, c.value), fontsize=7,
+        for claim in CLAIMS[paper]:
+            if claim.value is not None and claim.ratio in keys:
+                speedups.append(claim.value)
+                right.axhline(claim.value, **marks.PAPER)
+                right.annotate(f"paper: {claim.paper} ({claim.ratio})", (0.01, claim.value),
+                               fontsize=7,
                                xycoords=("axes fraction", "data"), va="bottom")  # fmt: skip
-        right.set_xscale("log")
-        right.set_yscale("log")
+        marks.size_axis(right, [r.x for r in shown], x_label)
+        marks.value_axis(right, speedups)
         right.set_xlabel(xlabel)
         right.set_ylabel("speedup: baseline time / system time")
         right.set_title("headline ratios: emulated (o), model (x, dashed), paper (dotted)",
                         fontsize=10)  # fmt: skip
-        right.grid(True, which="both", alpha=0.3)
-        right.legend(fontsize=7)
+        right.grid(True, which="major", alpha=0.3)
+        extra = marks.handles(
+            emulator_bound=any(r.emulator for r in shown),
+            model=True,
+            runs=max((r.repeats for r in shown), default=0),
+        )
+        right.legend(handles=[*series, *extra], fontsize=7)
         if trained:
             assert train is not None
             ax = axes[2]
@@ -1138,10 +1211,10 @@ def plot(
             ax.legend(fontsize=7)
         fig.suptitle(f"{paper}: emulated on Mininet, links shaped (docs/papers.md)")
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
+    except BaseException:
         plt.close(fig)
-    return path
+        raise
+    return fig
 
 
 # ---------------------------------------------------------------------- main

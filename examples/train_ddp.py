@@ -25,12 +25,15 @@ gradients are sparse, which the sketch codec compresses. Each rank draws its own
 Per iteration each rank records its training loss, the iteration's seconds (forward,
 backward with the allreduce, optimizer step; not the evaluation) and the allreduce's part of
 them; the launcher gathers every backend's records into one JSON and one plot.
+`bench/train_numerics.py` replays this training in one process (the task, model, batches and
+optimizer defined here) to explain where the backends' losses part.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -39,6 +42,7 @@ from inaemu.hostlib.ddp import from_environment
 
 VOCAB, TOKENS, CLASSES, DIM, HIDDEN = 2000, 8, 4, 16, 32
 ON_TOPIC = 0.5  # the probability that a token comes from its class's quarter
+STEPS, BATCH, LR, MOMENTUM, SEED = 100, 32, 0.5, 0.9, 0  # the options' defaults
 
 
 class Task:
@@ -65,25 +69,34 @@ def model(seed: int) -> torch.nn.Module:
     )
 
 
+def batches(seed: int, rank: int) -> torch.Generator:
+    """The generator of `rank`'s training batches (each rank draws its own)."""
+    return torch.Generator().manual_seed(seed * 1000 + 100 + rank)
+
+
+def optimizer(params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.SGD:
+    return torch.optim.SGD(params, lr=lr, momentum=MOMENTUM)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=100, help="iterations (default 100)")
-    ap.add_argument("--batch", type=int, default=32, help="samples per rank and iteration")
-    ap.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (momentum 0.9)")
-    ap.add_argument("--seed", type=int, default=0, help="task, weights and batches")
+    ap.add_argument("--steps", type=int, default=STEPS, help=f"iterations (default {STEPS})")
+    ap.add_argument("--batch", type=int, default=BATCH, help="samples per rank and iteration")
+    ap.add_argument("--lr", type=float, default=LR, help=f"SGD learning rate (momentum {MOMENTUM})")
+    ap.add_argument("--seed", type=int, default=SEED, help="task, weights and batches")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
     worker = from_environment()  # process group, client, codec and run id from the launcher
     task = Task(args.seed)
     held_out = task.batch(2000, torch.Generator().manual_seed(args.seed + 1))
-    batches = torch.Generator().manual_seed(args.seed * 1000 + 100 + worker.rank)
+    drawn = batches(args.seed, worker.rank)
     ddp = DDP(model(args.seed))
     worker.register(ddp)  # gradients all-reduced by the backend the launcher chose
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    opt = optimizer(ddp.parameters(), args.lr)
     try:
         for it in range(args.steps):
-            x, y = task.batch(args.batch, batches)
+            x, y = task.batch(args.batch, drawn)
             started, reduced = time.perf_counter(), worker.allreduce_seconds
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(ddp(x), y)

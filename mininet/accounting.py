@@ -18,13 +18,16 @@ path works:
   the links), and the cores this run's processes used together;
 - **drops outside the pipeline**: the softswitch prints its port drops (frames that found no
   room at a port, frames from a foreign sender) on stderr as they grow (`port_drops` reads
-  them from its log); bmv2's are not measured. A frame finds no room at a port when the queue
-  in front of the port's link is full: on a shaped Mininet link the link drains slower than
-  the switch sends, frames wait in its tc qdisc, charged to the port's socket, until that
-  socket's send buffer or the qdisc (`root_qdisc_drops`, from `tc -s qdisc`) is full. That is
-  a congested link's egress buffer overflowing, the modelled network, so a switch whose links
-  are all shaped has its `tx_dropped` counted as the links' (`link_queue_drops`); on an
-  unshaped link or a loopback wire the queue is the receiving process's, and a full one is the
+  them from its log); bmv2 counts none, so they are read from the kernel (`Bmv2Drops`: what
+  its ports' receive rings had no room for, what its interfaces could not hand on; not its
+  own queues between its threads, which nothing counts). A softswitch's frame finds no room
+  at a port when the queue in front of the port's link is full: on a shaped Mininet link the
+  link drains slower than the switch sends, frames wait in its tc qdisc, charged to the
+  port's socket, until that socket's send buffer or the qdisc (`root_qdisc_drops`, from
+  `tc -s qdisc`) is full. That is a congested link's egress buffer overflowing, the modelled
+  network, so a switch whose links are all shaped has its `tx_dropped` counted as the links'
+  (`link_queue_drops`); on an unshaped link or a loopback wire the queue is the receiving
+  process's, and a full one is the
   emulator's (`emulator_drops`: what is left);
 - **link utilisation** (`link_loads`): each link direction's bytes over the completion time,
   against its shaped rate.
@@ -52,9 +55,11 @@ its busiest link reached when only the emulator limited it (in units of `--bw`: 
 to k times `--bw` counts its bytes / k); links set to `BW_MARGIN` (half) of the slowest such
 rate leave the emulator room, so that the links bound the shaped runs. The shaped network is
 not the unshaped one (its qdiscs cost the kernel), so the rate is then checked (`check_size`,
-`next_bw`): one shaped run of the slowest algorithm, about `CHECK_SECONDS` of link time at the
-rate; if the links did not bound it, the rate steps down (`STEP_DOWN` of the lower of the rate
-and what the run's busiest link carried) and is checked again, at most `BW_CHECKS` times.
+`next_bw_all`): one shaped run of every algorithm, each about `CHECK_SECONDS` of link time at
+the rate (the slowest is not the only one the emulator may fail: another may load a switch or
+the cores differently at the same rate); if the links did not bound each of them, the rate
+steps down (`STEP_DOWN` of the lower of the rate and what the busiest link carried, in the
+run that asks the lowest) and is checked again, at most `BW_CHECKS` times.
 """
 
 from __future__ import annotations
@@ -444,6 +449,104 @@ def drops_delta(
 DROPS_REPORTED_WITHIN = 0.6
 
 
+# ---------------------------------------------------------------------- bmv2's port drops
+
+# bmv2 (simple_switch_grpc) counts no drops outside its pipeline and prints none; they are read
+# from the kernel instead (`Bmv2Drops`):
+# - `rx_ring_dropped`: frames that arrived at a port while bmv2's receive ring was full (its
+#   ports are libpcap handles: AF_PACKET sockets with a memory-mapped ring; the kernel counts
+#   what found no room in `PACKET_STATISTICS`, which bmv2 never reads, and which reset on
+#   every read, so `Bmv2Drops` keeps the totals);
+# - `veth_tx_dropped`: frames bmv2 sent that its interface could not hand on (a veth's
+#   tx_dropped: the receiving end's backlog was full);
+# both the emulator's (a process, or the kernel's work for the cores it shares, too slow).
+# Not measured: frames bmv2 drops between its own threads (its queues in front of the
+# egress pipeline: nothing of bmv2 counts them), and a send that fails because a shaped
+# link's queue is full (that queue counts it: `root_qdisc_drops`, the links').
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+_PIDFD_GETFD = 438  # the syscall's number, the same on every architecture (Linux 5.6)
+
+
+def packet_sockets(pid: int) -> dict[int, int]:
+    """The AF_PACKET sockets of process `pid`: fd -> the interface index it is bound to
+    (0: any), from /proc/PID/fd and /proc/PID/net/packet. {} if the process is gone."""
+    try:
+        inodes: dict[int, int] = {}
+        for line in Path(f"/proc/{pid}/net/packet").read_text().splitlines()[1:]:
+            f = line.split()
+            inodes[int(f[8])] = int(f[4])  # Inode -> Iface
+        out = {}
+        for entry in Path(f"/proc/{pid}/fd").iterdir():
+            m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(entry))
+            if m and int(m[1]) in inodes:
+                out[int(entry.name)] = inodes[int(m[1])]
+        return out
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def ring_drops_since_last_read(pid: int, fd: int) -> int | None:
+    """The frames the kernel dropped at socket `fd` of process `pid` since the last read
+    (PACKET_STATISTICS' tp_drops; reading resets them), through a duplicate of the socket
+    (pidfd_getfd: root, Linux 5.6). None if it cannot be read."""
+    import ctypes
+    import socket
+    import struct
+
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        dup = libc.syscall(_PIDFD_GETFD, pidfd, fd, 0)
+        if dup < 0:
+            return None
+        with socket.socket(fileno=dup) as sock:
+            raw = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 12)
+        return int(struct.unpack_from("II", raw)[1])
+    except OSError:
+        return None
+    finally:
+        os.close(pidfd)
+
+
+def interface_counter(ifname: str, name: str, netns: str | None = None) -> int:
+    """One of the kernel's counters of an interface (/sys/class/net/IF/statistics/NAME; in
+    network namespace `netns`, through `ip netns exec`); 0 if there is none."""
+    path = f"/sys/class/net/{ifname}/statistics/{name}"
+    try:
+        if netns is None:
+            return int(Path(path).read_text())
+        out = subprocess.run(
+            ["ip", "netns", "exec", netns, "cat", path], capture_output=True, text=True
+        )
+        return int(out.stdout) if out.returncode == 0 else 0
+    except (OSError, ValueError):
+        return 0
+
+
+class Bmv2Drops:
+    """bmv2's drops outside its pipeline so far, per switch (the comment above): totals kept
+    across reads, since reading the rings' counters resets them."""
+
+    def __init__(self) -> None:
+        self._rings: dict[tuple[int, int], int] = {}
+
+    def read(self, pid: int, interfaces: Iterable[str], netns: str | None = None) -> dict[str, int]:
+        """`rx_ring_dropped` of process `pid`'s packet sockets, the total since this object
+        first read them, and `veth_tx_dropped` of its `interfaces` (in `netns`), the
+        kernel's count."""
+        for fd in packet_sockets(pid):
+            n = ring_drops_since_last_read(pid, fd)
+            if n is not None:
+                self._rings[(pid, fd)] = self._rings.get((pid, fd), 0) + n
+        ring = sum(n for (p, _), n in self._rings.items() if p == pid)
+        tx = sum(interface_counter(i, "tx_dropped", netns) for i in interfaces)
+        return {"rx_ring_dropped": ring, "veth_tx_dropped": tx}
+
+
 # ---------------------------------------------------------------------- links
 
 
@@ -665,3 +768,15 @@ def next_bw(bw: float, bound_by: str, carried: float | None, *, step: float = ST
     if out <= 0:
         raise ValueError(f"no rate below {bw:g} Mbit/s left to try; give --bw")
     return out
+
+
+def next_bw_all(
+    bw: float, verdicts: Sequence[tuple[str, float | None]], *, step: float = STEP_DOWN
+) -> float:
+    """After a check at `bw` that ran every algorithm (`verdicts`: each run's `classify`
+    verdict and the rate its busiest link reached): `bw` if the links bound every run, else
+    the lowest `next_bw` of the runs they did not bound. ValueError if no run was checked or
+    no rate is left."""
+    if not verdicts:
+        raise ValueError("no check run to go by; give --bw")
+    return min(next_bw(bw, by, carried, step=step) for by, carried in verdicts)

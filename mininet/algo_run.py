@@ -21,6 +21,7 @@ import numpy.typing as npt
 from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet.accounting import (
     DROPS_REPORTED_WITHIN,
+    Bmv2Drops,
     CpuMeter,
     Usage,
     drops_delta,
@@ -297,12 +298,22 @@ def run_algorithm(
     )
 
 
+BMV2_DROPS = Bmv2Drops()  # totals across reads (reading bmv2's rings' counters resets them)
+
+
 def switch_drops(sc: Scenario) -> dict[str, dict[str, int]] | None:
-    """Each softswitch's port drops so far, from its log (`accounting.port_drops`); None on
-    bmv2 (not measured)."""
-    if sc.options.switch != "softswitch":
-        return None
-    return {sw.name: read_port_drops(sw.log_path) for sw in sc.net.switches}
+    """Each switch's drops outside its pipeline so far: a softswitch's port drops from its log
+    (`accounting.port_drops`), bmv2's from the kernel (`accounting.Bmv2Drops`: its receive
+    rings', its interfaces' tx_dropped); None for another switch."""
+    if sc.options.switch == "softswitch":
+        return {sw.name: read_port_drops(sw.log_path) for sw in sc.net.switches}
+    if sc.options.switch == "bmv2":
+        return {
+            sw.name: BMV2_DROPS.read(sw.proc.pid, sw.data_ports().values())
+            for sw in sc.net.switches
+            if sw.proc is not None
+        }
+    return None
 
 
 def completion_window(outcomes: list[WorkerOutcome]) -> tuple[float, float] | None:

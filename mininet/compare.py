@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
+from inaemu.mininet import marks
 from inaemu.mininet.accounting import (
     Bound,
     LinkLoad,
@@ -528,39 +529,18 @@ def bound_notes(rows: Sequence[Row]) -> list[str]:
 # ---------------------------------------------------------------------- the plot
 
 
-def _nice_ticks(lo: float, hi: float) -> list[float]:
-    """1-2-5 ticks from the largest one <= lo to the smallest one >= hi, at least two
-    (decades only when that makes more than 12)."""
-    for mantissas in ((1, 2, 5), (1,)):
-        ticks = []
-        for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2):
-            ticks += [m * 10.0**e for m in mantissas]
-        below = max(t for t in ticks if t <= lo * (1 + 1e-9))
-        above = min(t for t in ticks if t >= hi * (1 - 1e-9))
-        if below == above:  # one value on a tick: the ticks either side of it too
-            below = max(t for t in ticks if t < below)
-            above = min(t for t in ticks if t > above)
-        chosen = [float(f"{t:.6g}") for t in ticks if below <= t <= above]
-        if len(chosen) <= 12:
-            break
-    return chosen
-
-
-DODGE = 1.03  # the plot: neighbouring algorithms' points this factor apart around a size
-
-
 def completion_figure(pts: Sequence[Point], *, title: str = "") -> Any:
     """The figure of completion time against size (log-log): per algorithm the median of its
     verified runs (a line), the spread min-max (bars), its link floor (dashed, its colour),
-    emulator-bound points hollow; x ticks at exactly the sizes (`size_label`), y ticks 1-2-5.
-    The caller closes it (`matplotlib.pyplot.close`). RuntimeError if matplotlib is missing."""
+    emulator-bound points hollow (`marks`: the same marks as every plot of runs); x ticks at
+    exactly the sizes (`size_label`), y ticks 1-2-5. The caller closes it
+    (`matplotlib.pyplot.close`). RuntimeError if matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from matplotlib.lines import Line2D
-        from matplotlib.ticker import NullLocator
     except ImportError:
         raise RuntimeError(
             "the completion plot needs matplotlib: pip install 'inaemu[draw]'"
@@ -569,86 +549,38 @@ def completion_figure(pts: Sequence[Point], *, title: str = "") -> Any:
     sizes = sorted({p.size for p in pts})
     values: list[float] = []
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    handles: list[Any] = []
-    any_floor = any_marked = any_spread = False
+    legend: list[Any] = []
+    any_floor = any_marked = False
     algos = list(dict.fromkeys(p.algo for p in pts if p.seconds))
     for i, algo in enumerate(algos):
         colour = colours[i % len(colours)]
         mine = sorted((p for p in pts if p.algo == algo and p.seconds), key=lambda p: p.size)
-        # each algorithm a little to the side of the size (DODGE), so that bars do not overlap
-        dodge = DODGE ** (i - (len(algos) - 1) / 2)
+        # each algorithm a little to the side of the size, so that bars do not overlap
+        dodge = marks.dodge(i, len(algos))
         xs, ys = [p.size * dodge for p in mine], [p.median for p in mine]
         values += [p.low for p in mine] + [p.high for p in mine]
         ax.plot(xs, ys, color=colour, linewidth=1.5)
-        handles.append(Line2D([], [], color=colour, marker="o", label=algo))
+        legend.append(Line2D([], [], color=colour, marker="o", label=algo))
         for x, p in zip(xs, mine, strict=True):
             hollow = p.emulator_bound > 0
             any_marked |= hollow
-            ax.plot(
-                [x], [p.median], linestyle="none", marker="o", markersize=7,
-                markeredgecolor=colour, markeredgewidth=1.5,
-                markerfacecolor="white" if hollow else colour,
-            )  # fmt: skip
+            ax.plot([x], [p.median], **marks.point(colour, hollow))
             if len(p.seconds) > 1:
-                any_spread = True
                 ax.errorbar(
                     [x], [p.median],
                     yerr=[[p.median - p.low], [p.high - p.median]],
-                    fmt="none", ecolor=colour, elinewidth=1, capsize=3,
+                    fmt="none", ecolor=colour, **marks.SPREAD,
                 )  # fmt: skip
         floors = [(p.size, p.floor) for p in mine if p.floor is not None]
         if floors:
             any_floor = True
             fx, fy = zip(*floors, strict=True)
             values += list(fy)
-            ax.plot(fx, fy, color=colour, linestyle="--", linewidth=1, alpha=0.7)
-    if any_floor:
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="grey",
-                linestyle="--",
-                label="link floor (dashed): busiest link's bytes / its rate",
-            )
-        )
-    if any_marked:
-        handles.append(
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="o",
-                markerfacecolor="white",
-                markeredgecolor="grey",
-                label="emulator-bound (hollow; in any of its runs)",
-            )
-        )
-    if any_spread:
-        runs = max(p.runs for p in pts)
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="grey",
-                marker="|",
-                linestyle="none",
-                markersize=10,
-                label=f"median of up to {runs} runs, bar min-max",
-            )
-        )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    if sizes:
-        ax.set_xticks(sizes, [size_label(n) for n in sizes])
-        ax.set_xlim(sizes[0] / 1.4, sizes[-1] * 1.4)
-    finite = [v for v in values if math.isfinite(v) and v > 0]
-    if finite:
-        ticks = _nice_ticks(min(finite), max(finite))
-        ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
-        ax.set_ylim(ticks[0], ticks[-1])
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_minor_locator(NullLocator())
+            ax.plot(fx, fy, color=colour, **marks.FLOOR)
+    runs = max((p.runs for p in pts), default=0)
+    legend += marks.handles(emulator_bound=any_marked, floor=any_floor, runs=runs)
+    marks.size_axis(ax, sizes, lambda n: size_label(int(n)))
+    marks.value_axis(ax, values)
     ax.set_xlabel("elements per worker")
     ax.set_ylabel("completion time (s)")
     if not any_floor:
@@ -656,8 +588,8 @@ def completion_figure(pts: Sequence[Point], *, title: str = "") -> Any:
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    if handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if legend:
+        ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
@@ -64,7 +65,7 @@ from inaemu.mininet.accounting import (
     capacity,
     check_size,
     choose_bw,
-    next_bw,
+    next_bw_all,
 )
 from inaemu.mininet.algo_run import (
     PROGRESS_EVERY,
@@ -442,65 +443,74 @@ def check_bw(
     options: NetOptions,
     program: Path | None,
     choice: BwChoice,
-    algo: Algorithm,
+    caps: Sequence[Capacity],
+    algos: Sequence[Algorithm],
     spec_for: Any,
     most: int,
     args: argparse.Namespace,
     say: Any,
 ) -> tuple[float, list[dict[str, Any]]]:
-    """`--bw auto`, after `probe_bw`: one shaped run of the slowest algorithm (`algo`) at the
-    chosen rate, sized for about `accounting.CHECK_SECONDS` of link time (`check_size`, at
-    most `most` elements), on a network of its own (logs under bw-check-<n>/); if the links
-    did not bound it, the rate steps down (`next_bw`) and is checked again, at most
-    `BW_CHECKS` runs. The rate to use and each check's numbers."""
+    """`--bw auto`, after `probe_bw`: one shaped run of every algorithm that the probe
+    measured (`caps`) at the chosen rate, each sized for about `accounting.CHECK_SECONDS` of
+    link time (`check_size`, at most `most` elements), on a network of their own (logs under
+    bw-check-<n>/); unless the links bound every one of them, the rate steps down
+    (`next_bw_all`) and is checked again, at most `BW_CHECKS` times. The rate to use and each
+    check's numbers, per algorithm."""
+    by_name = {a.name: a for a in algos}
     bw, checks = choice.bw, []
+    scales = bw_scales(topo, args.node_ports)
     for n in range(1, BW_CHECKS + 1):
-        size = check_size(choice.slowest, bw, most=most)
+        plan = [(by_name[c.algo], spec_for(check_size(c, bw, most=most))) for c in caps]
         shaped = dataclasses.replace(options, bw=bw, pcap=False)
         bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]
         where = RunDir.make(run.root / f"bw-check-{n}")
         with Scenario(topo, where, shaped, program=program) as sc:
             sc.program()
-            [r] = run_algorithms(sc, [(algo, spec_for(size))], args.limit, say, args.progress)
-        for o in r.outcomes:  # only its time and links count
-            (r.results / f"{o.host}.npy").unlink(missing_ok=True)
-        if r.crashed or any(o.returncode != 0 for o in r.outcomes):
-            raise ScenarioError(
-                f"--bw auto: {algo.name}'s check run at {bw:g} Mbit/s failed (logs in "
-                f"{where.logs}); give --bw"
+            runs = run_algorithms(sc, plan, args.limit, say, args.progress)
+        results, verdicts = [], []
+        for r in runs:
+            for o in r.outcomes:  # only its time and links count
+                (r.results / f"{o.host}.npy").unlink(missing_ok=True)
+            if r.crashed or any(o.returncode != 0 for o in r.outcomes):
+                raise ScenarioError(
+                    f"--bw auto: {r.algo.name}'s check run at {bw:g} Mbit/s failed (logs in "
+                    f"{where.logs}); give --bw"
+                )
+            seconds, _ = completion(r.outcomes)
+            _, _, bound = bound_of(seconds, r.links, bandwidths, r.usage, r.drops, r.queue_drops)
+            carried = capacity(r.algo.name, r.spec.size, seconds, directions(r.links, scales))
+            mbit = None if carried is None else carried.mbit
+            verdicts.append((bound.by, mbit))
+            results.append(
+                {
+                    "algo": r.algo.name,
+                    "size": r.spec.size,
+                    "seconds": seconds,
+                    "carried_mbit": mbit,
+                    "bound_by": bound.by,
+                    "bound_reason": bound.reason,
+                }
             )
-        seconds, _ = completion(r.outcomes)
-        _, _, bound = bound_of(seconds, r.links, bandwidths, r.usage, r.drops, r.queue_drops)
-        scales = bw_scales(topo, args.node_ports)
-        carried = capacity(algo.name, size, seconds, directions(r.links, scales))
-        mbit = None if carried is None else carried.mbit
         try:
-            after = next_bw(bw, bound.by, mbit)
+            after = next_bw_all(bw, verdicts)
         except ValueError as exc:
             raise ScenarioError(f"--bw auto: {exc}") from None
-        checks.append(
-            {
-                "mbit": bw,
-                "size": size,
-                "seconds": seconds,
-                "carried_mbit": mbit,
-                "bound_by": bound.by,
-                "bound_reason": bound.reason,
-            }
-        )
-        verdict = f"{bound.by}-bound: {bound.reason}"
+        checks.append({"mbit": bw, "runs": results, "next_mbit": after})
+        say(f"--bw auto: checked {bw:g} Mbit/s, every algorithm on one network:", flush=True)
+        for x in results:
+            say(f"  {x['algo']} x {x['size']:,}: {x['bound_by']}-bound: {x['bound_reason']}")
         if after == bw:
-            say(f"--bw auto: checked {bw:g} Mbit/s ({algo.name} x {size:,}): {verdict}")
+            say(f"--bw auto: {bw:g} Mbit/s holds: the links bound every algorithm's run")
             return bw, checks
+        others = [str(x["algo"]) for x in results if x["bound_by"] != "links"]
         say(
-            f"--bw auto: checked {bw:g} Mbit/s ({algo.name} x {size:,}): not links-bound, "
-            f"{verdict}; stepping down to {after:g} Mbit/s",
+            f"--bw auto: not links-bound: {', '.join(others)}; stepping down to {after:g} Mbit/s",
             flush=True,
         )
         bw = after
     say(
-        f"--bw auto: no rate was links-bound in {BW_CHECKS} checks; using {bw:g} Mbit/s "
-        "unchecked (the table says what bounded each run)",
+        f"--bw auto: no rate was links-bound for every algorithm in {BW_CHECKS} checks; using "
+        f"{bw:g} Mbit/s unchecked (the table says what bounded each run)",
         flush=True,
     )
     return bw, checks
@@ -621,10 +631,9 @@ def run_scenario(args: argparse.Namespace) -> int:
             probe_plan = [(a, spec_for(probe)) for a in algos]
             choice, caps = probe_bw(topo, run, options, program, probe_plan, scales, args, say)
             say(f"--bw auto: {choice.reason}", flush=True)
-            slowest = next(a for a in algos if a.name == choice.slowest.algo)
             most = min(CHECK_MOST, arg.MAX_ELEMENTS // len(workers))
             bw, checks = check_bw(
-                topo, run, options, program, choice, slowest, spec_for, most, args, say
+                topo, run, options, program, choice, caps, algos, spec_for, most, args, say
             )
             options = dataclasses.replace(options, bw=bw)
             bandwidths = [p.get("bw") for p in link_shaping(topo, bw, args.node_ports)]

@@ -161,15 +161,18 @@ class StarNet:
         self._made.clear()
 
 
-def start_softswitch(net: StarNet, grpc: str = GRPC) -> subprocess.Popen[str]:
+def start_softswitch(
+    net: StarNet, grpc: str = GRPC, *, log: Path | None = None
+) -> subprocess.Popen[str]:
     """The softswitch on AF_PACKET on every switch port of `net`, serving P4Runtime at `grpc`
-    in the switch's namespace; returns once it printed READY."""
+    in the switch's namespace; returns once it printed READY. `log`: where its stderr goes
+    (its port-drop reports, `mininet.accounting.read_port_drops`); else a nameless file."""
     argv = [sys.executable, "-m", "inaemu.softswitch", "--grpc", grpc]
     for port in sorted(net.ports.values()):
         argv += ["--iface", f"{port}={net.interface(port)}"]
     # stderr to a file: nobody reads a pipe while the switch runs, and its port-drop reports
     # must never block it
-    with tempfile.TemporaryFile("w+") as err:
+    with log.open("w+") if log is not None else tempfile.TemporaryFile("w+") as err:
         proc = net.switch(argv, stdout=subprocess.PIPE, stderr=err)
         assert proc.stdout is not None
         line = proc.stdout.readline()  # READY ... (or EOF if it failed)

@@ -307,3 +307,71 @@ def test_bw_auto_steps_down_from_a_rate_the_links_did_not_bound() -> None:
     assert next_bw(44.0, "unknown", 0.0) == 30.0
     with pytest.raises(ValueError, match="give --bw"):
         next_bw(0.0, "emulator", None)
+
+
+def test_bw_auto_holds_a_rate_only_if_the_links_bound_every_algorithm() -> None:
+    """The check runs every algorithm: the rate stays only if the links bound each run; a
+    run they did not bound steps it down, the one asking the lowest rate deciding (here
+    not the slowest algorithm's, links-bound, but another's, emulator-bound at the rate)."""
+    assert acc.next_bw_all(44.0, [("links", 43.5), ("links", 40.0)]) == 44.0
+    assert acc.next_bw_all(44.0, [("links", 43.5), ("emulator", 19.4)]) == 13.0
+    assert acc.next_bw_all(44.0, [("unclear", 50.0), ("emulator", 40.0)]) == 28.0
+    with pytest.raises(ValueError, match="give --bw"):
+        acc.next_bw_all(44.0, [])
+
+
+# ---------------------------------------------------------------------- bmv2's drops (root)
+
+
+def test_a_full_libpcap_ring_is_counted_from_outside_the_process() -> None:
+    """bmv2's receive drops (`Bmv2Drops`): tcpdump (libpcap, as bmv2's ports are) on one end
+    of a veth pair in a namespace of this test's, stopped while frames arrive, so that its
+    ring overflows; its drops are read from outside it, and kept across reads (each resets
+    the kernel's counter)."""
+    import shutil
+    import signal
+
+    from tests.netns import namespaces_missing
+
+    missing = namespaces_missing() or (None if shutil.which("tcpdump") else "needs tcpdump")
+    if missing:
+        pytest.skip(missing)
+    ns = f"inaemu-ring-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    dump = None
+    try:
+        for cmd in (
+            "ip link add ra type veth peer name rb",
+            "ip link set ra up",
+            "ip link set rb up",
+        ):
+            subprocess.run(["ip", "netns", "exec", ns, *cmd.split()], check=True)
+        dump = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "tcpdump", "-i", "rb", "-B", "64", "-w", "/dev/null"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not acc.packet_sockets(dump.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        drops = acc.Bmv2Drops()
+        assert drops.read(dump.pid, []) == {"rx_ring_dropped": 0, "veth_tx_dropped": 0}
+        os.kill(dump.pid, signal.SIGSTOP)
+        blast = (
+            "import socket\n"
+            "s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n"
+            "s.bind(('ra', 0))\n"
+            "f = b'\\xff' * 6 + b'\\x02\\0\\0\\0\\0\\x01\\x88\\xb5' + b'x' * 300\n"
+            "for _ in range(5000):\n"
+            "    s.send(f)\n"
+        )
+        subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", blast], check=True)
+        time.sleep(0.2)
+        dropped = drops.read(dump.pid, [])["rx_ring_dropped"]
+        assert 0 < dropped <= 5000
+        assert drops.read(dump.pid, [])["rx_ring_dropped"] == dropped  # a total, not reset
+    finally:
+        if dump is not None:
+            dump.kill()
+            dump.wait(5)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

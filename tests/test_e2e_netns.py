@@ -153,3 +153,17 @@ def test_runs_reinstall_loss_and_a_dead_worker(network: Network) -> None:
         assert r.returncode == 1, r.stdout + r.stderr
         assert "job 2: no result for" in r.stderr and "every worker of the job alive" in r.stderr
         assert "MAC that the job's topology gives this host" in r.stderr
+
+
+def test_bench_e2e_says_what_bounded_each_run() -> None:
+    """bench/bench_e2e.py judges each allreduce as `inaemu mininet` judges a run
+    (`mininet.accounting.classify`): the veths are unshaped, so the emulator, and the reason
+    names what of it (the busiest process, the machine, drops outside the pipeline)."""
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, str(root / "bench" / "bench_e2e.py"), "--switch", "softswitch"]
+    argv += ["--size", "20000", "--repeat", "1", "--no-cap4"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("# softswitch run 1:"))
+    assert "emulator-bound: links unshaped: only the emulator bounds the time" in line
+    assert re.search(r"(s1 \(softswitch\)|h\d \(worker\)|the machine's \d+ cores)", line), line

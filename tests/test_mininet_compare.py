@@ -31,7 +31,13 @@ from inaemu.collectives.algorithms import algorithm as collective
 from inaemu.collectives.check import step_bytes
 from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
-from inaemu.mininet.accounting import BW_CHECKS, ProcessUse, Usage, next_bw, two_digits_down
+from inaemu.mininet.accounting import (
+    BW_CHECKS,
+    ProcessUse,
+    Usage,
+    next_bw_all,
+    two_digits_down,
+)
 from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of, truth
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.compare import (
@@ -679,9 +685,9 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("mininet_ready")
 def test_bw_auto_repeats_and_sizes_on_a_star_of_three(tmp_path: Path) -> None:
     """`--bw auto`: an unshaped run of each algorithm first (its own network, under probe/),
-    half the slowest one's busiest-link rate, checked by a shaped run of that algorithm (its
-    own network, under bw-check-1/; stepped down while not links-bound), said and recorded;
-    then every
+    half the slowest one's busiest-link rate, checked by a shaped run of every algorithm (their
+    own network, under bw-check-1/; stepped down while the links do not bound each of them),
+    said and recorded; then every
     algorithm twice at each size, each run with its accounting, each point its median and
     spread, the plot; nothing of either network left."""
     star_named("cmp2", 3).save(tmp_path / "star3.json")
@@ -698,13 +704,19 @@ def test_bw_auto_repeats_and_sizes_on_a_star_of_three(tmp_path: Path) -> None:
     assert f"links set to {auto['first_mbit']:g} Mbit/s, 50% of it" in auto["reason"]
     checks = auto["checks"]
     assert checks[0]["mbit"] == auto["first_mbit"] and 1 <= len(checks) <= BW_CHECKS
+    for c in checks:  # every algorithm checked at the rate, not only the slowest
+        assert [x["algo"] for x in c["runs"]] == ["ina", "ring"]
+        verdicts = [(x["bound_by"], x["carried_mbit"]) for x in c["runs"]]
+        assert c["next_mbit"] == next_bw_all(c["mbit"], verdicts)
     for c, after in itertools.pairwise(checks):  # each step down from a run not links-bound
-        assert c["bound_by"] != "links"
-        assert after["mbit"] == next_bw(c["mbit"], c["bound_by"], c["carried_mbit"])
+        assert any(x["bound_by"] != "links" for x in c["runs"])
+        assert after["mbit"] == c["next_mbit"]
     last = checks[-1]
-    chosen = next_bw(last["mbit"], last["bound_by"], last["carried_mbit"])  # the same if links
-    assert summary["bw_mbit"] == auto["chosen_mbit"] == chosen
-    assert f"--bw auto: checked {auto['first_mbit']:g} Mbit/s ({auto['slowest']} x " in proc.stdout
+    if last["next_mbit"] == last["mbit"]:
+        assert all(x["bound_by"] == "links" for x in last["runs"])
+        assert f"--bw auto: {last['mbit']:g} Mbit/s holds" in proc.stdout
+    assert summary["bw_mbit"] == auto["chosen_mbit"] == last["next_mbit"]
+    assert f"--bw auto: checked {auto['first_mbit']:g} Mbit/s, every algorithm" in proc.stdout
     rows = summary["rows"]
     assert [(r["algo"], r["size"], r["repeat"]) for r in rows] == [
         (a, n, k) for n in (16 << 10, 32 << 10) for k in (1, 2) for a in ("ina", "ring")

@@ -107,6 +107,69 @@ def test_ratios_pair_the_repeats(papers: ModuleType) -> None:
     assert got.model == 3.0
 
 
+def test_quick_mode_tables_and_plot_read_true(papers: ModuleType) -> None:
+    """Quick mode: one run per point, one size per series. The tables say "1 run" with no
+    range, the checker's flow count is not a run; the plot's size axes sit around the one
+    size (a factor 1.4 either side, not the decades matplotlib puts around a single point),
+    ticked at it; the emulator-bound point is hollow, as on the completion plots
+    (`inaemu.mininet.marks`), the links-bound ones filled; one run has no bar."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgba
+
+    from inaemu.mininet import marks
+
+    size = 16 * 1024
+    P = papers.Point
+    bounds = {"ring": "links", "hd": "links", "multitree": "emulator"}
+    seconds = {"ring": 3.0, "hd": 2.5, "multitree": 1.2}
+    pts = [P("multitree", "torus4x4", "torus:4x4", a, "int32", size, 1.0, 0, t, True, "exact",
+             0.9, 0, "-", 0, bounds[a], "") for a, t in seconds.items()]  # fmt: skip
+    cells = [
+        papers.Cell("multitree", "torus4x4", "torus:4x4", a, "int32", size, 1.0, 1, 1, t, t, t,
+                    t / 1.2, None, bounds[a], "", int(bounds[a] == "emulator"))
+        for a, t in seconds.items()
+    ]  # fmt: skip
+    ratios = [
+        papers.ratio("multitree", f"{b}/multitree", "torus:4x4, 16K", size, pts, cells,
+                     [("torus4x4", b)], ("torus4x4", "multitree"), size)
+        for b in ("ring", "hd")
+    ]  # fmt: skip
+    assert [r.repeats for r in ratios] == [1, 1] and [r.emulator for r in ratios] == [1, 1]
+    head = "\n".join(papers.headline_table("multitree", ratios, None))
+    assert "2.50x (1 run)" in head and "repeats" not in head and "2.50x-2.50x" not in head
+    assert "| ring/multitree | torus:4x4, 16K | 2.50x | - |" in "\n".join(
+        papers.ratios_table(ratios)
+    )
+    assert "| 1/1 | 3.000 | - |" in "\n".join(papers.cells_table(cells, False))
+    flows = papers.Ratio("eflops", "hdrm max flows", "bigraph:2x4", 0, 1.0, 1.0, 1.0, 1.0, 0)
+    head = "\n".join(papers.headline_table("eflops", [flows], None))
+    assert "1 (the schedule checker's count, not a run)" in head and "0 repeats" not in head
+    fig = papers.figure("multitree", cells, ratios, None)
+    try:
+        for ax in fig.axes[:2]:
+            lo, hi = ax.get_xlim()
+            assert (lo, hi) == pytest.approx((size / marks.PAD, size * marks.PAD))
+            assert [t.get_text() for t in ax.get_xticklabels()] == ["16K"]
+            assert not [c for c in ax.collections if isinstance(c, LineCollection)]  # no bars
+        (left, right) = fig.axes[:2]
+        single = [ln for ln in left.get_lines() if len(ln.get_xdata()) == 1]
+        face = {ln.get_ydata()[0]: to_rgba(ln.get_markerfacecolor()) for ln in single}
+        assert face[1.2] == to_rgba(marks.EMULATOR_FACE)  # multitree: emulator-bound
+        assert face[3.0] != to_rgba(marks.EMULATOR_FACE) != face[2.5]
+        ratio_marks = [
+            ln for ln in right.get_lines() if len(ln.get_xdata()) == 1 and ln.get_marker() in "os^"
+        ]
+        assert len(ratio_marks) == 2
+        assert ratio_marks and all(
+            to_rgba(ln.get_markerfacecolor()) == to_rgba(marks.EMULATOR_FACE) for ln in ratio_marks
+        )
+        labels = [t.get_text() for t in left.get_legend().get_texts()]
+        assert marks.EMULATOR_LABEL in labels and "model (alpha-beta)" in labels
+    finally:
+        plt.close(fig)
+
+
 def test_training_is_scored_against_the_worker_aggregator(papers: ModuleType) -> None:
     curve = [0.3, 0.5, 0.7, 0.8, 0.8, 0.8, 0.8, 0.8]
     slow = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.8, 0.8, 0.8, 0.8]

@@ -627,3 +627,53 @@ def test_layouts_put_roles_in_layers_and_grids_in_place() -> None:
     other.add_switch("b")
     other.link("a", "b")
     assert set(positions(other)) == {"a", "b"}  # spring layout for anything else
+
+
+@pytest.mark.parametrize("rows,cols", [(4, 4), (3, 8)])
+def test_a_torus_wraps_keep_clear_of_hosts_labels_and_other_switches(rows: int, cols: int) -> None:
+    """`inaemu topo show` on a torus: every wrap-around link is drawn (one per row and per
+    column), and no point of its curve lies on a host, a host's label or a switch other than
+    its two ends (before: arcs through the hosts and their labels)."""
+    pytest.importorskip("networkx")
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from inaemu.topology.draw import figure, positions
+
+    topo = torus(rows, cols)
+    fig = figure(topo)
+    FigureCanvasAgg(fig).draw()  # type: ignore[no-untyped-call]
+    ax = fig.axes[0]
+    to_px = ax.transData.transform
+    pt = fig.dpi / 72  # pixels per point
+    pos = positions(topo)
+    labels = [t.get_window_extent() for t in ax.texts if isinstance(t, Text)]
+    host_labels = [
+        box for t, box in zip(ax.texts, labels, strict=True) if t.get_text() in topo.hosts
+    ]
+    assert len(host_labels) == len(topo.hosts)
+    wraps = [p for p in ax.patches if p.get_gid() == "wrap"]
+    assert len(wraps) == rows + cols
+    for patch in wraps:
+        p0, p1, p2, p3 = np.asarray(patch.get_path().vertices, dtype=float)
+        t = np.linspace(0, 1, 200)[:, None]
+        curve = (1 - t) ** 3 * p0 + 3 * (1 - t) ** 2 * t * p1 + 3 * (1 - t) * t**2 * p2 + t**3 * p3
+        px = to_px(curve)
+        ends = {n for n in topo.switches if np.allclose(pos[n], p0) or np.allclose(pos[n], p3)}
+        assert len(ends) == 2
+        for h in topo.hosts:  # a host's disc: node_size 120 square points
+            centre = to_px(np.asarray([pos[h]]))[0]
+            assert np.hypot(*(px - centre).T).min() > (120**0.5 / 2 + 1) * pt, h
+        for box in host_labels:
+            inside = (
+                (px[:, 0] > box.x0 - 1)
+                & (px[:, 0] < box.x1 + 1)
+                & (px[:, 1] > box.y0 - 1)
+                & (px[:, 1] < box.y1 + 1)
+            )
+            assert not inside.any(), box
+        for s in set(topo.switches) - ends:  # a switch's square: node_size 520
+            centre = to_px(np.asarray([pos[s]]))[0]
+            half = 520**0.5 / 2 * pt
+            assert (np.abs(px - centre).max(axis=1) > half).all(), s

@@ -3,8 +3,11 @@
 Switches are squares coloured by role, hosts small circles; links between switches are drawn
 thicker than host links. Built-in topologies are laid out the way they are usually drawn:
 layers from the top (spine, core, upper or root; then aggregation; then leaf, edge, lower)
-with each switch's hosts next to it, and tori and meshes as their grid. Any other topology is
-laid out by networkx's spring layout (seeded, so the same file gives the same picture).
+with each switch's hosts next to it, and tori and meshes as their grid, each host below and
+to the right of its switch. A torus's wrap-around links are dashed curves that bulge out of
+their row (upwards) or column (to the left) by `WRAP_BULGE` of a grid step: between the grid's
+lines and away from the hosts and their labels, whatever the torus's size. Any other topology
+is laid out by networkx's spring layout (seeded, so the same file gives the same picture).
 
 Drawing needs matplotlib and networkx (`pip install 'inaemu[draw]'`); nothing else of
 inaemu does, and `DrawError` says what to install when they are missing. No root, no
@@ -46,6 +49,8 @@ ROLE_COLOUR = {
 OTHER_COLOUR = "#9467bd"
 HOST_COLOUR = "#7f7f7f"
 _GRID_NAME = re.compile(r"^s(\d+)_(\d+)$")
+GRID_HOST = 0.3  # a torus or mesh host's offset from its switch, right and down (grid steps)
+WRAP_BULGE = 0.3  # how far a wrap-around link's curve leaves its row or column (grid steps)
 
 
 class DrawError(RuntimeError):
@@ -67,7 +72,7 @@ def grid_positions(topo: Topology) -> dict[str, Position] | None:
     for host in topo.hosts:
         home, _ = topo.host_attachment(host)
         x, y = cells[home]
-        pos[host] = (x + 0.3, y + 0.3)
+        pos[host] = (x + GRID_HOST, y - GRID_HOST)
     return pos
 
 
@@ -123,6 +128,17 @@ def _grid_wrap(a: Position, b: Position) -> bool:
     return (dx > 1.5 and dy < 0.01) or (dy > 1.5 and dx < 0.01)
 
 
+def wrap_curve(a: Position, b: Position) -> list[Position]:
+    """The cubic Bezier control points of a wrap-around link between `a` and `b` (a row's
+    ends or a column's): it leaves each end at a right angle to the row (column) and runs
+    3/4 * 4/3 * WRAP_BULGE = WRAP_BULGE from it at its middle, above a row, left of a column,
+    so that it stays clear of the switches between and of the hosts below and to the right."""
+    h = WRAP_BULGE * 4 / 3  # a cubic with both inner points h out peaks at 3/4 h
+    if abs(a[1] - b[1]) < 0.01:  # a row: bulge up
+        return [a, (a[0], a[1] + h), (b[0], b[1] + h), b]
+    return [a, (a[0] - h, a[1]), (b[0] - h, b[1]), b]  # a column: bulge left
+
+
 def _networkx() -> Any:
     try:
         import networkx
@@ -142,10 +158,22 @@ def draw(topo: Topology, output: str | Path, *, title: str = "") -> Path:
     path = Path(output)
     if path.suffix.lower() not in FORMATS:
         raise DrawError(f"{path}: write a {', '.join(FORMATS)} file (the suffix picks the format)")
+    fig = figure(topo, title=title)
+    try:
+        fig.savefig(path, bbox_inches="tight")
+    except OSError as exc:
+        raise DrawError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def figure(topo: Topology, *, title: str = "") -> Any:
+    """The picture of `topo` as a matplotlib Figure (module doc)."""
     nx = _networkx()
     try:
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
+        from matplotlib.patches import PathPatch
+        from matplotlib.path import Path as CurvePath
     except ImportError:
         raise DrawError(_MISSING.format("matplotlib")) from None
     pos = positions(topo)
@@ -160,24 +188,17 @@ def draw(topo: Topology, output: str | Path, *, title: str = "") -> Path:
     host_links = [(lk.a, lk.b) for lk in topo.links if lk.a_port is None or lk.b_port is None]
     graph.add_edges_from(switch_links + host_links)
     nx.draw_networkx_edges(graph, pos, edgelist=host_links, ax=ax, edge_color="#bbbbbb")
-    # a torus's wrap-around links would lie on the grid's own lines: bend them
+    # a torus's wrap-around links would lie on the grid's own lines: curves (`wrap_curve`)
     grid = grid_positions(topo) is not None
     long = [(a, b) for a, b in switch_links if grid and _grid_wrap(pos[a], pos[b])]
     nx.draw_networkx_edges(
         graph, pos, edgelist=[e for e in switch_links if e not in long], ax=ax, width=1.8
     )
-    if long:
-        nx.draw_networkx_edges(
-            graph,
-            pos,
-            edgelist=long,
-            ax=ax,
-            width=1.2,
-            style="dashed",
-            arrows=True,
-            arrowstyle="-",
-            connectionstyle="arc3,rad=0.25",
-            node_size=520,
+    codes = [CurvePath.MOVETO, CurvePath.CURVE4, CurvePath.CURVE4, CurvePath.CURVE4]
+    for a, b in long:
+        curve = CurvePath(wrap_curve(pos[a], pos[b]), codes)
+        ax.add_patch(
+            PathPatch(curve, fill=False, linewidth=1.2, linestyle="--", zorder=0.5, gid="wrap")
         )
     roles = sorted({sw.role for sw in topo.switches.values()})
     for role in roles:
@@ -222,6 +243,8 @@ def draw(topo: Topology, output: str | Path, *, title: str = "") -> Path:
     legend.append(
         Line2D([], [], marker="o", linestyle="", markersize=5, color=HOST_COLOUR, label="host")
     )
+    if long:
+        legend.append(Line2D([], [], linestyle="--", color="black", label="wrap-around link"))
     ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     ax.set_title(
         title
@@ -231,8 +254,4 @@ def draw(topo: Topology, output: str | Path, *, title: str = "") -> Path:
     )
     ax.margins(0.08)
     ax.set_axis_off()
-    try:
-        fig.savefig(path, bbox_inches="tight")
-    except OSError as exc:
-        raise DrawError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return path
+    return fig

@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from inaemu.cli.train.embedded_network import EmbeddedNetwork
 from inaemu.cli.train.network import Network, TrainError, TrainOptions, schedule_path
@@ -148,7 +148,10 @@ class BackendRun:
     accuracy: list[float | None] = field(default_factory=list)  # rank 0's held-out accuracy
     step_seconds: list[float] = field(default_factory=list)  # the slowest rank's
     allreduce_seconds: list[float] = field(default_factory=list)  # the slowest rank's
-    time: list[float] = field(default_factory=list)  # cumulative step seconds
+    # the first iteration's step seconds: its one-time warm-up (compiled kernels loaded, the
+    # first connections) besides the iteration itself
+    first_seconds: float | None = None
+    time: list[float] = field(default_factory=list)  # step seconds after the first, summed
     refused: str = ""  # every rank refused its arguments: the script's own message
 
     @property
@@ -157,7 +160,9 @@ class BackendRun:
 
 
 def merge_records(run: BackendRun, files: Sequence[Path]) -> None:
-    """Fill `run` from every rank's JSON lines: iterations that every rank recorded."""
+    """Fill `run` from every rank's JSON lines: iterations that every rank recorded. The
+    training time leaves the first of them out (`first_seconds`: its warm-up would hide the
+    iterations' own times), so it is 0 at the first iteration."""
     per_rank: list[dict[int, dict[str, Any]]] = []
     for path in files:
         rows: dict[int, dict[str, Any]] = {}
@@ -174,7 +179,10 @@ def merge_records(run: BackendRun, files: Sequence[Path]) -> None:
     for it in common:
         recs = [r[it] for r in per_rank]
         step = max(float(r["step_seconds"]) for r in recs)
-        elapsed += step
+        if run.first_seconds is None:
+            run.first_seconds = step
+        else:
+            elapsed += step
         accuracies = [float(r["accuracy"]) for r in recs if r.get("accuracy") is not None]
         run.iterations.append(it)
         run.loss.append(statistics.fmean(float(r["loss"]) for r in recs))
@@ -296,13 +304,15 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(values), q[0], q[-1]
 
 
-def loss_gap(run: BackendRun, baseline: BackendRun | None) -> float | None:
-    """The largest |loss - baseline's loss| over the iterations both have."""
+def loss_gap(run: BackendRun, baseline: BackendRun | None) -> tuple[float, int] | None:
+    """The largest |loss - baseline's loss| over the iterations both have, and its iteration."""
     if baseline is None or not baseline.ok or not run.ok or run is baseline:
         return None
     base = dict(zip(baseline.iterations, baseline.loss, strict=True))
-    gaps = [abs(x - base[i]) for i, x in zip(run.iterations, run.loss, strict=True) if i in base]
-    return max(gaps) if gaps else None
+    gaps = [
+        (abs(x - base[i]), i) for i, x in zip(run.iterations, run.loss, strict=True) if i in base
+    ]
+    return max(gaps, key=lambda g: g[0]) if gaps else None
 
 
 def summary_rows(runs: Sequence[BackendRun]) -> list[dict[str, Any]]:
@@ -312,6 +322,7 @@ def summary_rows(runs: Sequence[BackendRun]) -> list[dict[str, Any]]:
         step = spread(r.step_seconds)
         reduce = spread(r.allreduce_seconds)
         accuracies = [a for a in r.accuracy if a is not None]
+        gap = loss_gap(r, baseline)
         rows.append(
             {
                 "backend": r.backend,
@@ -320,7 +331,8 @@ def summary_rows(runs: Sequence[BackendRun]) -> list[dict[str, Any]]:
                 "iterations": len(r.iterations),
                 "final_loss": r.loss[-1] if r.loss else None,
                 "final_accuracy": accuracies[-1] if accuracies else None,
-                "max_loss_gap_vs_gloo": loss_gap(r, baseline),
+                "max_loss_gap_vs_gloo": None if gap is None else gap[0],
+                "max_loss_gap_iteration": None if gap is None else gap[1],
                 "iteration_ms": {
                     "median": step[0] * 1e3,
                     "p10": step[1] * 1e3,
@@ -332,6 +344,7 @@ def summary_rows(runs: Sequence[BackendRun]) -> list[dict[str, Any]]:
                     "p90": reduce[2] * 1e3,
                 },
                 "train_seconds": r.time[-1] if r.time else None,
+                "first_iteration_seconds": r.first_seconds,
                 "wall_seconds": r.wall,
             }
         )
@@ -352,6 +365,7 @@ TABLE_HEAD = (
     "max |loss - gloo|",
     "iteration ms\nmedian (p10-p90)",
     "allreduce ms\nmedian (p10-p90)",
+    "first iteration s\n(warm-up)",
 )
 
 
@@ -367,9 +381,12 @@ def table_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
             str(r["iterations"]),
             number(r["final_loss"], ".4f"),
             number(r["final_accuracy"], ".3f"),
-            number(r["max_loss_gap_vs_gloo"], ".2e"),
+            "-"
+            if r["max_loss_gap_vs_gloo"] is None
+            else f"{r['max_loss_gap_vs_gloo']:.2e} (it. {r['max_loss_gap_iteration']})",
             _ms(r["iteration_ms"]),
             _ms(r["allreduce_ms"]),
+            number(r["first_iteration_seconds"], ".2f"),
         ]
         for r in rows
     ]
@@ -388,12 +405,24 @@ def render_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+TIME_AXIS = "training time after the first iteration (s; the first's own: legend)"
+
+
+def time_label(run: BackendRun) -> str:
+    """A backend's legend entry on the time panels: its first iteration, left out of them."""
+    if run.first_seconds is None:
+        return run.backend
+    return f"{run.backend} (first iteration: {run.first_seconds:.2f} s)"
+
+
 def plot(
     runs: Sequence[BackendRun], rows: Sequence[dict[str, Any]], path: Path, title: str
 ) -> Path:
     """Loss and held-out accuracy against iterations and against time (one line per backend)
     and the report's table, in one PNG. RuntimeError without matplotlib. The first backend
-    (gloo, the baseline) is a wide pale band, so that a backend on top of it stays visible."""
+    (gloo, the baseline) is a wide pale band, so that a backend on top of it stays visible.
+    The time panels start after the first iteration: its one-time warm-up (seconds, where an
+    iteration takes milliseconds) is in their legend and the table, not on their axis."""
     try:
         import matplotlib
 
@@ -421,18 +450,22 @@ def plot(
                 if a is not None
             ]
             axes[0][0].plot(r.iterations, r.loss, label=r.backend, **style)
-            axes[0][1].plot(r.time, r.loss, label=r.backend, **style)
+            axes[0][1].plot(r.time, r.loss, label=time_label(r), **style)
             if acc:
                 its, ts, accs = zip(*acc, strict=True)
                 axes[1][0].plot(its, accs, label=r.backend, **style)
-                axes[1][1].plot(ts, accs, label=r.backend, **style)
-        for i, what in enumerate(("training loss (mean over ranks)", "held-out accuracy")):
+                axes[1][1].plot(ts, accs, label=time_label(r), **style)
+        panels: tuple[tuple[str, Literal["upper right", "lower right"]], ...] = (
+            ("training loss (mean over ranks)", "upper right"),
+            ("held-out accuracy", "lower right"),
+        )
+        for i, (what, corner) in enumerate(panels):  # the corner the curves leave free
             axes[i][0].set_xlabel("iteration")
-            axes[i][1].set_xlabel("training time (s, sum of the iterations)")
+            axes[i][1].set_xlabel(TIME_AXIS)
             for ax in axes[i]:
                 ax.set_ylabel(what)
                 ax.grid(True, alpha=0.3)
-                ax.legend(fontsize="small")
+                ax.legend(fontsize="small", loc=corner)
         table_ax = fig.add_subplot(grid[2, :])
         table_ax.axis("off")
         table = table_ax.table(
@@ -627,7 +660,9 @@ def train(opts: TrainOptions, say: Any = print) -> tuple[list[BackendRun], dict[
         "summary": rows,
         "times": (
             "iteration: forward, backward with the allreduce, optimizer step, the slowest rank; "
-            "allreduce: the hook's time in that iteration; training time: the iterations' sum"
+            "allreduce: the hook's time in that iteration; training time: the iterations' sum "
+            "after the first (0 at the first); first_seconds: the first iteration's, with its "
+            "one-time warm-up"
         ),
     }
     (opts.out / "train.json").write_text(json.dumps(summary, indent=2) + "\n")
