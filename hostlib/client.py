@@ -55,15 +55,15 @@ import math
 import secrets
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from inaemu.hostlib import kernels
-from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
+from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, phase_steps
 from inaemu.hostlib.congestion import CongestionWindow, RttEstimator
 from inaemu.hostlib.transport import FramedTransport, Transport, framed
 from inaemu.hostlib.wire import (
@@ -99,6 +99,28 @@ _NO_HEAD = np.zeros(0, np.uint8)
 def _record_offsets(n: int) -> npt.NDArray[np.int64]:
     """Where each of n INA records back to back starts."""
     return np.arange(n, dtype=np.int64) * INA_BYTES
+
+
+T = TypeVar("T")
+Steps = Generator["_Exchange", None, T]  # an operation as the exchanges it runs, in order
+
+
+def drive(steps: Steps[T]) -> T:
+    """Run an operation's exchanges one after another on the client's transport, blocking
+    (`_Exchange.run`); what the operation returns. An exchange's error goes back into the
+    steps, so that they clean up, and out of here."""
+    try:
+        exchange = next(steps)
+        while True:
+            try:
+                exchange.run()
+            except BaseException as exc:
+                exchange = steps.throw(exc)
+            else:
+                exchange = steps.send(None)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
 
 
 class InaError(RuntimeError):
@@ -328,16 +350,23 @@ class InaClient:
         self, x: npt.NDArray[np.generic], codec: HomomorphicCodec | None = None
     ) -> npt.NDArray[np.generic]:
         """Sum `x` over the job's workers through the switch, encoded by `codec`."""
+        return drive(self.allreduce_steps(x, codec))
+
+    def allreduce_steps(
+        self, x: npt.NDArray[np.generic], codec: HomomorphicCodec | None = None
+    ) -> Steps[npt.NDArray[np.generic]]:
+        """`allreduce` as steps: yields each exchange for its driver to run (`drive`, or a
+        simulator's events), returns the sum."""
         if codec is None:
             from inaemu.hostlib.codecs import FixedPointCodec
 
             codec = FixedPointCodec()
         if self.n_workers is None:
             raise InaError("allreduce with a codec needs n_workers (the job's worker count)")
-        return run_phases(codec.phases(x, self.n_workers), self._run_phase)
+        return (yield from phase_steps(codec.phases(x, self.n_workers), self._phase_steps))
 
-    def _run_phase(self, phase: Phase) -> tuple[Int32Array, BoolArray]:
-        return self.allreduce_int32(phase.values, phase.opcode)
+    def _phase_steps(self, phase: Phase) -> Steps[tuple[Int32Array, BoolArray]]:
+        return self.allreduce_int32_steps(phase.values, phase.opcode)
 
     def allreduce_int32(
         self, values: npt.NDArray[np.int32], opcode: Opcode = Opcode.SUM
@@ -347,18 +376,25 @@ class InaClient:
         The mask marks the elements of chunks whose result carried Flag.OVERFLOW (a saturated
         SUM somewhere in that chunk).
         """
+        return drive(self.allreduce_int32_steps(values, opcode))
+
+    def allreduce_int32_steps(
+        self, values: npt.NDArray[np.int32], opcode: Opcode = Opcode.SUM
+    ) -> Steps[tuple[Int32Array, BoolArray]]:
+        """`allreduce_int32` as steps (`allreduce_steps`): the run check's exchange first if
+        the run has not had it, then the operation's."""
         run = self.run
         if run is None:
             raise InaError(no_run_message(self.job_id))
         if self.check_run and self.tag is None:
-            self._check_run(run)
+            yield from self._check_run_steps(run)
         flat = np.ascontiguousarray(values, dtype=np.int32).reshape(-1)
         self.stats.operations += 1
         tag = 1 if self.tag is None else self.tag
         expect = -1 if self.tag_sum is None else self.tag_sum
-        return self._aggregate(flat, opcode, run, tag, expect)
+        return (yield from self._aggregate_steps(flat, opcode, run, tag, expect))
 
-    def _check_run(self, run: int) -> None:
+    def _check_run_steps(self, run: int) -> Steps[None]:
         """The run check (module doc): every worker's nonce in its element, through the switch;
         this worker's must come back. Sets `tag` and `tag_sum`."""
         if self.rank is None or self.n_workers is None:
@@ -369,7 +405,7 @@ class InaClient:
         nonce = secrets.randbelow(INT32_MAX) + 1
         probe = np.zeros(self.n_workers, dtype=np.int32)
         probe[self.rank] = nonce
-        got, _ = self._aggregate(probe, Opcode.SUM, run, 1, -1)
+        got, _ = yield from self._aggregate_steps(probe, Opcode.SUM, run, 1, -1)
         if int(got[self.rank]) != nonce:
             raise InaRunError(
                 reused_run_message(
@@ -382,11 +418,11 @@ class InaClient:
         self.tag = int(tags[self.rank])
         self.tag_sum = int(tags.sum()) & 0xFFFF
 
-    def _aggregate(
+    def _aggregate_steps(
         self, flat: Int32Array, opcode: Opcode, run: int, contrib: int, expect: int
-    ) -> tuple[Int32Array, BoolArray]:
-        """`flat` through the switch as chunks carrying `contrib`; a result whose contrib is
-        not `expect` (-1: any) raises `InaRunError`."""
+    ) -> Steps[tuple[Int32Array, BoolArray]]:
+        """`flat` through the switch as chunks carrying `contrib`, in one exchange (yielded);
+        a result whose contrib is not `expect` (-1: any) raises `InaRunError`."""
         n = flat.size
         if n == 0:
             return np.empty(0, dtype=np.int32), np.zeros(0, dtype=np.bool_)
@@ -401,12 +437,13 @@ class InaClient:
             payloads = self._payloads(flat, first, n_chunks, opcode, run, contrib)
         result = np.empty((n_chunks, K), dtype=np.int32)
         overflow = np.zeros(n_chunks, dtype=np.bool_)
+        exchange = _Exchange(self, payloads, first, result, overflow, expect)
+        exchange.frames, exchange.framed = frames, through
         try:
-            exchange = _Exchange(self, payloads, first, result, overflow, expect)
-            exchange.frames, exchange.framed = frames, through
-            exchange.run()
+            yield exchange
         finally:
             self._note_state()
+        self.stats.chunks += n_chunks
         mask = np.repeat(overflow, K)[:n]
         return result.reshape(-1)[:n], mask
 
@@ -1018,21 +1055,41 @@ class _Exchange:
 
     # ---------------------------------------------------------------- the loop
 
+    def soonest(self) -> float:
+        """The earliest deadline of a chunk in flight (inf: none)."""
+        if not self.in_flight:
+            return math.inf
+        return float(self.deadline[self.base : self.next_new].min())
+
+    def wake_at(self, now: float) -> float:
+        """When its driver must call `after` next, at the latest, if no result comes first:
+        the soonest deadline, the moment results will have stopped for a round trip (if chunks
+        are presumed lost), or the moment to give up."""
+        wake = min(self.soonest(), self.last_progress + self.c.give_up_after)
+        if self.n_lost:  # suspects go out once results stop for a round trip
+            quiet_at = self.last_result_at + self.hold()
+            if quiet_at > now:
+                wake = min(wake, quiet_at)
+        return wake
+
+    def after(self, now: float) -> None:
+        """After a batch of results (not the last) or a wait: losses presumed, giving up
+        (`InaTimeoutError`) if nothing progressed for too long, and what may go now sent."""
+        self.detect_losses(now, self.soonest())
+        if now >= self.last_progress + self.c.give_up_after:  # the moment `wake_at` names
+            self.fail(f"no progress for {now - self.last_progress:.1f}s")
+        self.fill()
+
     def run(self) -> None:
+        """The exchange on its client's transport, blocking until every chunk is done: the
+        driver of `fill`, `take` / `take_frames`, `wake_at` and `after` that a simulator
+        drives with its events instead."""
         c = self.c
         framed = self.framed
         self.fill()
         while self.remaining:
-            soonest = (
-                float(self.deadline[self.base : self.next_new].min()) if self.in_flight else np.inf
-            )
-            wake = soonest
             now = c.clock()
-            if self.n_lost:  # suspects go out once results stop for a round trip
-                quiet_at = self.last_result_at + self.hold()
-                if quiet_at > now:
-                    wake = min(wake, quiet_at)
-            timeout = min(max(wake - now, 0.0), MAX_WAIT)
+            timeout = min(max(self.wake_at(now) - now, 0.0), MAX_WAIT)
             if framed is not None:  # the records where they arrived
                 buf, offsets = framed.recv_offsets(timeout)
                 now, got_any = c.clock(), len(offsets) > 0
@@ -1043,13 +1100,6 @@ class _Exchange:
                 now, got_any = c.clock(), len(got) > 0
                 if got_any:
                     self.take(got, now)
-            if got_any:
-                if not self.remaining:
-                    break
-                if self.in_flight:
-                    soonest = float(self.deadline[self.base : self.next_new].min())
-            self.detect_losses(now, soonest)
-            if now - self.last_progress > c.give_up_after:
-                self.fail(f"no progress for {now - self.last_progress:.1f}s")
-            self.fill()
-        c.stats.chunks += self.n
+            if got_any and not self.remaining:
+                break
+            self.after(now)
