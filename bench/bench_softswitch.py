@@ -176,7 +176,9 @@ def _worker(
     x = np.random.default_rng(port).integers(-1000, 1000, size, dtype=np.int32)
     transport = LoopbackWireTransport(port, wire_dir)
     ina_client.warm_up()  # the client's compiled kernels loaded before the clock starts
-    client = InaClient(transport, job_id=1, run=1, window=window, n_workers=n, give_up_after=60)
+    client = InaClient(
+        transport, job_id=1, run=1, rank=port - 1, window=window, n_workers=n, give_up_after=60
+    )
     go.wait()  # every worker ready: process start-up skew is not measured
     start = time.perf_counter()
     client.allreduce_int32(x, Opcode.SUM)

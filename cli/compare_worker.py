@@ -107,7 +107,7 @@ def _run(
     codec = make_codec(opts.codec)
     warm_up(codec, x.dtype)  # compiled kernels (client, codec) loaded before the clock starts
     if task.algo == "ina":
-        client = ina_client(replace(opts, run=task.run), seat)
+        client = ina_client(replace(opts, run=task.run), seat, worker)
         try:
             go.wait(ATTACH_TIMEOUT)
             start = time.time()

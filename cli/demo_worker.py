@@ -131,9 +131,12 @@ def verify(opts: DemoOptions, result: npt.NDArray[Any]) -> tuple[bool, float, fl
 
 
 def ina_client(
-    opts: DemoOptions, seat: Seat, on_progress: Callable[[int], None] | None = None
+    opts: DemoOptions,
+    seat: Seat,
+    rank: int,
+    on_progress: Callable[[int], None] | None = None,
 ) -> InaClient:
-    """The INA client of the worker at `seat`, on its loopback wire in `opts.wire_dir`."""
+    """The INA client of the worker `rank` at `seat`, on its loopback wire in `opts.wire_dir`."""
     from inaemu.hostlib.client import InaClient
     from inaemu.hostlib.transport import LoopbackWireTransport
     from inaemu.hostlib.wire import Endpoint
@@ -150,6 +153,7 @@ def ina_client(
         job_id=JOB_ID,
         window=opts.window,
         n_workers=opts.workers,
+        rank=rank,
         n_trees=seat.n_trees,
         run=opts.run,  # the parent's, the same for every worker
         give_up_after=opts.timeout,
@@ -189,7 +193,7 @@ def run_worker(
             with done.get_lock():
                 done.value += n
 
-        client = ina_client(opts, seat, progress)
+        client = ina_client(opts, seat, rank, progress)
         codec = make_codec(opts.codec)
         warm_up(codec, x.dtype)  # compiled kernels loaded before the measured allreduce
         if ready is not None:

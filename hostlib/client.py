@@ -31,7 +31,20 @@ to aggregate and says where to get one (`inaemu job new-run`, which never repeat
 installation; the DDP hook state, which shares one over the process group; launchers draw one
 and hand it to every worker).
 
-    client = InaClient(LoopbackWireTransport(1, wire_dir), job_id=1, window=64, run=run)
+A reused id is refused, never summed (docs/protocol.md, "The run check"): the first operation
+of every run is the run check, an exchange of ceil(n_workers / K) chunks in which worker r
+puts a random nonce in element r. The switch's result must hold this worker's own nonce in
+its element: a result the switch kept from an earlier run with the same id holds that run's
+nonce (or lacks this worker), and the client raises `InaRunError`. Then every later chunk
+carries the worker's tag (its nonce's low 16 bits) in `contrib`, which the switch sums, and
+every result must carry the sum of all workers' tags (read from the run check's result); a
+result holding any contribution of another run carries another sum (a chance of 2^-16 that
+two runs' sums agree), and the client raises `InaRunError` instead of returning it. A reused
+id can also be dropped as STALE at the switch: the run stalls, and the timeout says so. So
+the client needs its `rank` (0..n_workers-1) and `n_workers`; `check_run=False` skips the
+check (for test switches that do not sum).
+
+    client = InaClient(transport, job_id=1, window=64, n_workers=4, rank=0, run=run)
     total = client.allreduce(gradient)                  # fixed-point codec by default
     ints, overflowed = client.allreduce_int32(values, Opcode.SUM)
 """
@@ -39,17 +52,18 @@ and hand it to every worker).
 from __future__ import annotations
 
 import math
+import secrets
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from inaemu.hostlib import kernels
-from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
+from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, phase_steps
 from inaemu.hostlib.congestion import CongestionWindow, RttEstimator
 from inaemu.hostlib.transport import FramedTransport, Transport, framed
 from inaemu.hostlib.wire import (
@@ -58,6 +72,7 @@ from inaemu.hostlib.wire import (
     INA_DTYPE,
     INA_HEADER_BYTES,
     INA_VERSION,
+    INT32_MAX,
     MAX_RUN,
     RUN_SHIFT,
     SEQ_CHUNK_MASK,
@@ -74,6 +89,7 @@ BoolArray = npt.NDArray[np.bool_]
 DUPTHRESH = 3  # later chunks of a tree answered before a chunk is presumed lost
 MAX_WAIT = 0.05  # seconds the loop waits for results at most between checks
 SMALL_BATCH = 8  # batches up to this size are matched record by record, larger ones in numpy
+OTHER_RUN = kernels.OTHER_RUN_CHUNK  # a match: a result of another run (the run check)
 _HEADER = struct.Struct(">BBHBBHHI")  # the INA header (wire.INA_FIELDS_DTYPE without lanes)
 assert _HEADER.size == INA_HEADER_BYTES
 _RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
@@ -83,6 +99,28 @@ _NO_HEAD = np.zeros(0, np.uint8)
 def _record_offsets(n: int) -> npt.NDArray[np.int64]:
     """Where each of n INA records back to back starts."""
     return np.arange(n, dtype=np.int64) * INA_BYTES
+
+
+T = TypeVar("T")
+Steps = Generator["_Exchange", None, T]  # an operation as the exchanges it runs, in order
+
+
+def drive(steps: Steps[T]) -> T:
+    """Run an operation's exchanges one after another on the client's transport, blocking
+    (`_Exchange.run`); what the operation returns. An exchange's error goes back into the
+    steps, so that they clean up, and out of here."""
+    try:
+        exchange = next(steps)
+        while True:
+            try:
+                exchange.run()
+            except BaseException as exc:
+                exchange = steps.throw(exc)
+            else:
+                exchange = steps.send(None)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
 
 
 class InaError(RuntimeError):
@@ -96,6 +134,21 @@ def no_run_message(job_id: int) -> str:
         f"(InaClient(run=...) or start_run), e.g. from `inaemu job new-run -t topology.json "
         f"--job {job_id}`, or let the DDP hook state share one; a reused one gets the last "
         "run's sums back, or stalls"
+    )
+
+
+class InaRunError(InaError):
+    """The switch answered with sums of another run: this run's id was used before on the job's
+    installation (or two workers have the same rank)."""
+
+
+def reused_run_message(job_id: int, run: int, what: str) -> str:
+    """Why a client refuses a result of another run, and what to do."""
+    return (
+        f"job {job_id}: run {run}: {what}: the switch holds sums of an earlier run with this "
+        f"id, so run id {run} was used before on this installation (or two workers have the "
+        f"same rank); give every worker of this run a new one, e.g. from `inaemu job new-run "
+        f"-t topology.json --job {job_id}`"
     )
 
 
@@ -192,7 +245,9 @@ class InaClient:
     Every worker of a job must make the same sequence of calls with arrays of the same length
     (the chunk numbering and the codecs' phases depend on it), and use the same `run` id, a new
     one for every run of the job (see the module doc): `run=` here, or `start_run` before the
-    first operation (`run=None`: an operation before it raises `InaError`).
+    first operation (`run=None`: an operation before it raises `InaError`). `rank`
+    (0..n_workers-1, distinct per worker) and `n_workers` are what the run's first operation,
+    the run check, needs (module doc); the DDP hook state fills them in from the process group.
 
     `window` is the job's pool (W slots); the congestion window (`cc`, at most W) decides how
     many chunks are in flight, `initial_cwnd` at first; `congestion_control=False` keeps it
@@ -213,6 +268,8 @@ class InaClient:
         n_workers: int | None = None,
         n_trees: int = 1,
         run: int | None = None,
+        rank: int | None = None,
+        check_run: bool = True,
         initial_rto: float = 0.1,
         min_rto: float = 0.02,
         max_rto: float = 1.0,
@@ -230,6 +287,8 @@ class InaClient:
             raise ValueError(f"window {window} must be a multiple of the tree count {n_trees}")
         if not 0 <= job_id <= 0xFFFF:
             raise ValueError(f"job_id must fit 16 bits, got {job_id}")
+        if rank is not None and not (n_workers is not None and 0 <= rank < n_workers):
+            raise ValueError(f"rank must be 0..n_workers-1 (n_workers {n_workers}), got {rank}")
         self.transport = transport
         self.job_id = job_id
         self.window = window
@@ -242,8 +301,14 @@ class InaClient:
         self.on_progress = on_progress  # called with the number of chunks just completed
         self.clock = clock
         self.compiled = compiled
+        self.rank = rank
+        self.check_run = check_run
         self.run: int | None = None  # this run's id: the top 16 bits of every seq
         self.next_chunk = 0  # chunk number within the run; never restarts (see module doc)
+        # the run check's outcome (module doc): this worker's contrib and the sum every
+        # result carries; None until the run's first operation (and with check_run=False)
+        self.tag: int | None = None
+        self.tag_sum: int | None = None
         if run is not None:
             self.start_run(run)
         self.stats = ClientStats()
@@ -277,6 +342,7 @@ class InaClient:
             raise ValueError(f"run must be 0..{MAX_RUN}, got {run}")
         self.run = run
         self.next_chunk = 0
+        self.tag = self.tag_sum = None
 
     # ------------------------------------------------------------------ public API
 
@@ -284,16 +350,23 @@ class InaClient:
         self, x: npt.NDArray[np.generic], codec: HomomorphicCodec | None = None
     ) -> npt.NDArray[np.generic]:
         """Sum `x` over the job's workers through the switch, encoded by `codec`."""
+        return drive(self.allreduce_steps(x, codec))
+
+    def allreduce_steps(
+        self, x: npt.NDArray[np.generic], codec: HomomorphicCodec | None = None
+    ) -> Steps[npt.NDArray[np.generic]]:
+        """`allreduce` as steps: yields each exchange for its driver to run (`drive`, or a
+        simulator's events), returns the sum."""
         if codec is None:
             from inaemu.hostlib.codecs import FixedPointCodec
 
             codec = FixedPointCodec()
         if self.n_workers is None:
             raise InaError("allreduce with a codec needs n_workers (the job's worker count)")
-        return run_phases(codec.phases(x, self.n_workers), self._run_phase)
+        return (yield from phase_steps(codec.phases(x, self.n_workers), self._phase_steps))
 
-    def _run_phase(self, phase: Phase) -> tuple[Int32Array, BoolArray]:
-        return self.allreduce_int32(phase.values, phase.opcode)
+    def _phase_steps(self, phase: Phase) -> Steps[tuple[Int32Array, BoolArray]]:
+        return self.allreduce_int32_steps(phase.values, phase.opcode)
 
     def allreduce_int32(
         self, values: npt.NDArray[np.int32], opcode: Opcode = Opcode.SUM
@@ -303,12 +376,54 @@ class InaClient:
         The mask marks the elements of chunks whose result carried Flag.OVERFLOW (a saturated
         SUM somewhere in that chunk).
         """
+        return drive(self.allreduce_int32_steps(values, opcode))
+
+    def allreduce_int32_steps(
+        self, values: npt.NDArray[np.int32], opcode: Opcode = Opcode.SUM
+    ) -> Steps[tuple[Int32Array, BoolArray]]:
+        """`allreduce_int32` as steps (`allreduce_steps`): the run check's exchange first if
+        the run has not had it, then the operation's."""
         run = self.run
         if run is None:
             raise InaError(no_run_message(self.job_id))
+        if self.check_run and self.tag is None:
+            yield from self._check_run_steps(run)
         flat = np.ascontiguousarray(values, dtype=np.int32).reshape(-1)
-        n = flat.size
         self.stats.operations += 1
+        tag = 1 if self.tag is None else self.tag
+        expect = -1 if self.tag_sum is None else self.tag_sum
+        return (yield from self._aggregate_steps(flat, opcode, run, tag, expect))
+
+    def _check_run_steps(self, run: int) -> Steps[None]:
+        """The run check (module doc): every worker's nonce in its element, through the switch;
+        this worker's must come back. Sets `tag` and `tag_sum`."""
+        if self.rank is None or self.n_workers is None:
+            raise InaError(
+                f"job {self.job_id}: the client needs rank= and n_workers= (the run's first "
+                "operation checks that the switch holds no earlier run with this id)"
+            )
+        nonce = secrets.randbelow(INT32_MAX) + 1
+        probe = np.zeros(self.n_workers, dtype=np.int32)
+        probe[self.rank] = nonce
+        got, _ = yield from self._aggregate_steps(probe, Opcode.SUM, run, 1, -1)
+        if int(got[self.rank]) != nonce:
+            raise InaRunError(
+                reused_run_message(
+                    self.job_id,
+                    run,
+                    f"the run check's result does not hold rank {self.rank}'s nonce",
+                )
+            )
+        tags = got.astype(np.int64) & 0xFFFF
+        self.tag = int(tags[self.rank])
+        self.tag_sum = int(tags.sum()) & 0xFFFF
+
+    def _aggregate_steps(
+        self, flat: Int32Array, opcode: Opcode, run: int, contrib: int, expect: int
+    ) -> Steps[tuple[Int32Array, BoolArray]]:
+        """`flat` through the switch as chunks carrying `contrib`, in one exchange (yielded);
+        a result whose contrib is not `expect` (-1: any) raises `InaRunError`."""
+        n = flat.size
         if n == 0:
             return np.empty(0, dtype=np.int32), np.zeros(0, dtype=np.bool_)
         n_chunks = -(-n // K)
@@ -317,25 +432,26 @@ class InaClient:
         frames = None
         through = framed(self.transport) if self.compiled else None
         if through is not None:
-            frames, payloads = self._frames(through, flat, first, n_chunks, opcode, run)
+            frames, payloads = self._frames(through, flat, first, n_chunks, opcode, run, contrib)
         else:
-            payloads = self._payloads(flat, first, n_chunks, opcode, run)
+            payloads = self._payloads(flat, first, n_chunks, opcode, run, contrib)
         result = np.empty((n_chunks, K), dtype=np.int32)
         overflow = np.zeros(n_chunks, dtype=np.bool_)
+        exchange = _Exchange(self, payloads, first, result, overflow, expect)
+        exchange.frames, exchange.framed = frames, through
         try:
-            exchange = _Exchange(self, payloads, first, result, overflow)
-            exchange.frames, exchange.framed = frames, through
-            exchange.run()
+            yield exchange
         finally:
             self._note_state()
+        self.stats.chunks += n_chunks
         mask = np.repeat(overflow, K)[:n]
         return result.reshape(-1)[:n], mask
 
     def _payloads(
-        self, flat: Int32Array, first: int, n_chunks: int, opcode: Opcode, run: int
+        self, flat: Int32Array, first: int, n_chunks: int, opcode: Opcode, run: int, contrib: int
     ) -> npt.NDArray[np.void]:
         """The INA payloads of chunks first.. (the module doc's slot discipline) carrying
-        `flat` in K lanes each, the last chunk zero-padded."""
+        `flat` in K lanes each, the last chunk zero-padded, and `contrib`."""
         if self.compiled:
             raw = np.empty((n_chunks, INA_BYTES), np.uint8)
             kernels.pack_chunks(
@@ -349,6 +465,7 @@ class InaClient:
                 int(opcode),
                 self.job_id,
                 INA_VERSION << 4,
+                contrib,
             )
             return raw.view(INA_DTYPE).reshape(-1)
         n = flat.size
@@ -366,6 +483,7 @@ class InaClient:
             seq=(run << RUN_SHIFT) | (chunk_ids & SEQ_CHUNK_MASK),
             values=padded.reshape(n_chunks, K),
             lanes=lanes,
+            contrib=contrib,
         )
 
     def _frames(
@@ -376,6 +494,7 @@ class InaClient:
         n_chunks: int,
         opcode: Opcode,
         run: int,
+        contrib: int,
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.void]]:
         """`_payloads` as a framed `transport` sends them, each behind its head: (the frames,
         one per row, and the payloads in them)."""
@@ -392,6 +511,7 @@ class InaClient:
             int(opcode),
             self.job_id,
             INA_VERSION << 4,
+            contrib,
         )
         payloads = frames[:, len(head) :].view(INA_DTYPE).reshape(-1)
         return frames, payloads
@@ -432,12 +552,14 @@ class _Exchange:
         first: int,
         result: Int32Array,
         overflow: BoolArray,
+        expect: int = -1,
     ) -> None:
         self.c = client
         self.payloads = payloads
         self.first = first
         self.result = result
         self.overflow = overflow
+        self.expect = expect  # the contrib every result carries (-1: any)
         n = len(payloads)
         self.n = n
         self.done = np.zeros(n, dtype=np.bool_)
@@ -567,15 +689,17 @@ class _Exchange:
     def match(self, got: npt.NDArray[np.void]) -> list[int]:
         """The chunk (of this operation) each record of `got` is a result of, -1 if none: a
         result of this job and run for the latest chunk sent in its slot, or for the one W
-        before it (a late duplicate). The counter in seq is unambiguous within a slot."""
+        before it (a late duplicate). The counter in seq is unambiguous within a slot. A
+        result for one of them whose contrib is not `expect` is OTHER_RUN."""
         c, w = self.c, self.c.window
         first16 = self.first & SEQ_CHUNK_MASK
+        expect = self.expect
         if len(got) <= SMALL_BATCH:
             out = []
             buf = got.tobytes()
             latest_of = self.slot_latest
             for off in range(0, len(buf), INA_BYTES):
-                ver_flags, _, job, _, _, slot, _, seq = _HEADER.unpack_from(buf, off)
+                ver_flags, _, job, _, _, slot, contrib, seq = _HEADER.unpack_from(buf, off)
                 index = slot & SLOT_INDEX_MASK
                 chunk = -1
                 if (
@@ -590,6 +714,8 @@ class _Exchange:
                         chunk = last
                     elif last >= w and (first16 + last - w) & SEQ_CHUNK_MASK == count16:
                         chunk = last - w
+                    if chunk >= 0 and expect >= 0 and contrib != expect:
+                        chunk = OTHER_RUN
                 out.append(chunk)
             return out
         chunks: list[int] = self.match_many(got).tolist()
@@ -616,6 +742,8 @@ class _Exchange:
         chunks: npt.NDArray[np.int64] = np.where(
             current, latest, np.where(previous, latest - w, -1)
         )
+        if self.expect >= 0:
+            chunks[(chunks >= 0) & (got["contrib"] != self.expect)] = OTHER_RUN
         return chunks
 
     def take(self, got: npt.NDArray[np.void], now: float) -> None:
@@ -632,11 +760,15 @@ class _Exchange:
         c, st = self.c, self.c.stats
         if len(got) > SMALL_BATCH:
             matched = self.match_many(got)
+            if (matched == OTHER_RUN).any():
+                self.other_run(got[matched == OTHER_RUN][0])
             if self.take_first_results(got, matched, now):
                 return
             chunks: list[int] = matched.tolist()
         else:
             chunks = self.match(got)
+            if OTHER_RUN in chunks:
+                self.other_run(got[chunks.index(OTHER_RUN)])
         flags = got["ver_flags"].tolist()
         values = got["values"]
         done, deadline, lost, retries = self.done, self.deadline, self.lost, self.retries
@@ -762,11 +894,15 @@ class _Exchange:
         limited = 2 * self.in_flight >= c.cc.allowed
         assert c.run is not None
         status, n_new, n_over, n_rtts, base = kernels.take_results(
-            buf, offsets, c.job_id, c.run, c.window, self.first & SEQ_CHUNK_MASK, self.slot_latest,
+            buf, offsets, c.job_id, c.run, self.expect, c.window, self.first & SEQ_CHUNK_MASK,
+            self.slot_latest,
             self.done, self.deadline, self.retries, self.sent_at, self.result, self.overflow,
             self.answered_once, now, self.base, self.next_new,
             state, rtt.ALPHA / scale, rtt.BETA / scale, self.rtts, self.chunks,
         )  # fmt: skip
+        if status == kernels.OTHER_RUN:  # n_new: the record's index
+            at = int(offsets[n_new])
+            self.other_run(buf[at : at + INA_BYTES].view(INA_DTYPE)[0])
         if status != kernels.TAKEN:
             return False
         st.foreign_packets += n - n_new
@@ -895,28 +1031,65 @@ class _Exchange:
         if self.event >= 0:
             self.lost_event[gone] = self.event
 
+    def other_run(self, record: np.void) -> NoReturn:
+        """A result of this job, run and chunk whose contrib is not this run's sum."""
+        raise InaRunError(
+            reused_run_message(
+                self.c.job_id,
+                int(record["seq"]) >> RUN_SHIFT,
+                f"a result for chunk {int(record['seq']) & SEQ_CHUNK_MASK} carries contrib "
+                f"{int(record['contrib']):#06x}, not this run's {self.expect:#06x}",
+            )
+        )
+
     def fail(self, reason: str) -> NoReturn:
-        now = self.c.clock()
+        c = self.c
+        now = c.clock()
         missing = [int(self.first + i) for i in np.flatnonzero(~self.done)]
-        raise InaTimeoutError(self.c.job_id, missing, now - self.last_progress, reason)
+        if c.check_run:
+            reason += (
+                f"; a run id used before on this installation stalls too (the switch drops "
+                f"its chunks as STALE): if every worker is up, give them a new one, not {c.run}"
+            )
+        raise InaTimeoutError(c.job_id, missing, now - self.last_progress, reason)
 
     # ---------------------------------------------------------------- the loop
 
+    def soonest(self) -> float:
+        """The earliest deadline of a chunk in flight (inf: none)."""
+        if not self.in_flight:
+            return math.inf
+        return float(self.deadline[self.base : self.next_new].min())
+
+    def wake_at(self, now: float) -> float:
+        """When its driver must call `after` next, at the latest, if no result comes first:
+        the soonest deadline, the moment results will have stopped for a round trip (if chunks
+        are presumed lost), or the moment to give up."""
+        wake = min(self.soonest(), self.last_progress + self.c.give_up_after)
+        if self.n_lost:  # suspects go out once results stop for a round trip
+            quiet_at = self.last_result_at + self.hold()
+            if quiet_at > now:
+                wake = min(wake, quiet_at)
+        return wake
+
+    def after(self, now: float) -> None:
+        """After a batch of results (not the last) or a wait: losses presumed, giving up
+        (`InaTimeoutError`) if nothing progressed for too long, and what may go now sent."""
+        self.detect_losses(now, self.soonest())
+        if now >= self.last_progress + self.c.give_up_after:  # the moment `wake_at` names
+            self.fail(f"no progress for {now - self.last_progress:.1f}s")
+        self.fill()
+
     def run(self) -> None:
+        """The exchange on its client's transport, blocking until every chunk is done: the
+        driver of `fill`, `take` / `take_frames`, `wake_at` and `after` that a simulator
+        drives with its events instead."""
         c = self.c
         framed = self.framed
         self.fill()
         while self.remaining:
-            soonest = (
-                float(self.deadline[self.base : self.next_new].min()) if self.in_flight else np.inf
-            )
-            wake = soonest
             now = c.clock()
-            if self.n_lost:  # suspects go out once results stop for a round trip
-                quiet_at = self.last_result_at + self.hold()
-                if quiet_at > now:
-                    wake = min(wake, quiet_at)
-            timeout = min(max(wake - now, 0.0), MAX_WAIT)
+            timeout = min(max(self.wake_at(now) - now, 0.0), MAX_WAIT)
             if framed is not None:  # the records where they arrived
                 buf, offsets = framed.recv_offsets(timeout)
                 now, got_any = c.clock(), len(offsets) > 0
@@ -927,13 +1100,6 @@ class _Exchange:
                 now, got_any = c.clock(), len(got) > 0
                 if got_any:
                     self.take(got, now)
-            if got_any:
-                if not self.remaining:
-                    break
-                if self.in_flight:
-                    soonest = float(self.deadline[self.base : self.next_new].min())
-            self.detect_losses(now, soonest)
-            if now - self.last_progress > c.give_up_after:
-                self.fail(f"no progress for {now - self.last_progress:.1f}s")
-            self.fill()
-        c.stats.chunks += self.n
+            if got_any and not self.remaining:
+                break
+            self.after(now)

@@ -10,8 +10,10 @@ new run on the client (docs/protocol.md, "Runs and installations"; the client ne
 of its own): rank 0 draws a run id and broadcasts it over the default process group, so every
 rank must make its state (a collective call, as DDP's own construction is), after
 `init_process_group`; or pass the same `run` on every rank, e.g. one from `inaemu job
-new-run`, which never issues one twice (a drawn one repeats the last run's with probability
-2^-16). Buckets are all-reduced in the order DDP hands them over, which is the same on every
+new-run`, which never issues one twice. A drawn one repeats the last run's with probability
+2^-16: the client's run check then refuses it (`InaRunError`), it never sums with the last
+run's state. An `InaClient` made without `rank=` takes the process group's rank and world
+size here. Buckets are all-reduced in the order DDP hands them over, which is the same on every
 rank; the hook runs synchronously (the future it returns is already complete), so the client
 is never used concurrently.
 Gradients must live on the CPU.
@@ -95,7 +97,21 @@ class InaHookState:
     def __post_init__(self) -> None:
         if self.run is None:
             self.run = shared_run_id()
+        _take_rank(self.client)
         self.client.start_run(self.run)
+
+
+def _take_rank(client: AllreduceClient) -> None:
+    """An `InaClient` made without `rank=` (or `n_workers=`) takes the default process group's
+    rank (and world size), which its run check needs."""
+    from inaemu.hostlib.client import InaClient
+
+    if not isinstance(client, InaClient) or client.rank is not None:
+        return
+    if dist.is_available() and dist.is_initialized():
+        client.rank = dist.get_rank()
+        if client.n_workers is None:
+            client.n_workers = dist.get_world_size()
 
 
 class GlooClient:
@@ -295,6 +311,7 @@ def _ina_client(launch: Launch) -> "InaClient":
         job_id=launch.job,
         window=launch.window,
         n_workers=launch.world_size,
+        rank=launch.rank,
         n_trees=launch.trees,
         run=launch.run,
         give_up_after=launch.timeout,

@@ -69,7 +69,8 @@ IP_PROTO = 23
 ETH_TYPE_HI, ETH_TYPE_LO = ETHERTYPE_IPV4 >> 8, ETHERTYPE_IPV4 & 0xFF
 
 # status of take_results
-TAKEN, DECLINED = 0, 1
+TAKEN, DECLINED, OTHER_RUN = 0, 1, 2
+OTHER_RUN_CHUNK = -2  # `_match`: a result of this job, run and chunk with another run's contrib
 
 
 @_jit
@@ -90,11 +91,12 @@ def pack_chunks(
     opcode: int,
     job_id: int,
     ver_flags: int,
+    contrib: int,
 ) -> None:
     """out[i] = `head`, then the payload of chunk first + i (INA_BYTES): `values` (flat int32)
     cut into K lanes per chunk, the last one zero-padded, in slot (first + i) mod window of
     set ((first + i) div window) mod 2 and tree slot mod n_trees, seq = run << 16 | chunk mod
-    2^16, contrib 1, lanes the chunk's element count."""
+    2^16, `contrib`, lanes the chunk's element count."""
     n_values = values.size
     h = head.size
     for i in range(out.shape[0]):
@@ -112,7 +114,7 @@ def pack_chunks(
         lanes = min(n_values - lo, K)
         r[LANES] = lanes
         _put16(r, SLOT, index | ((c // window) % 2) * SLOT_SET_BIT)
-        _put16(r, CONTRIB, 1)
+        _put16(r, CONTRIB, contrib)
         seq = (run << RUN_SHIFT) | (c & SEQ_CHUNK_MASK)
         _put16(r, SEQ, seq >> 16)
         _put16(r, SEQ + 2, seq & 0xFFFF)
@@ -135,9 +137,17 @@ def _u16(buf: Any, at: int) -> Any:
 
 @_jit
 def _match(
-    buf: Any, at: int, job_id: int, run: int, window: int, first16: int, slot_latest: Any
+    buf: Any,
+    at: int,
+    job_id: int,
+    run: int,
+    expect: int,
+    window: int,
+    first16: int,
+    slot_latest: Any,
 ) -> int:
-    """The chunk the record at buf[at:] is a result of (`_Exchange.match`), -1 if none."""
+    """The chunk the record at buf[at:] is a result of (`_Exchange.match`), -1 if none,
+    OTHER_RUN_CHUNK if it is one but its contrib is not `expect` (-1: any)."""
     if _u16(buf, at + JOB) != job_id or not buf[at + VER_FLAGS] & RESULT:
         return -1
     if _u16(buf, at + SEQ) != run:
@@ -147,11 +157,14 @@ def _match(
         return -1
     count16 = _u16(buf, at + SEQ + 2)
     last = slot_latest[index]
+    chunk = -1
     if last >= 0 and (first16 + last) & SEQ_CHUNK_MASK == count16:
-        return int(last)
-    if last >= window and (first16 + last - window) & SEQ_CHUNK_MASK == count16:
-        return int(last - window)
-    return -1
+        chunk = int(last)
+    elif last >= window and (first16 + last - window) & SEQ_CHUNK_MASK == count16:
+        chunk = int(last - window)
+    if chunk >= 0 and expect >= 0 and _u16(buf, at + CONTRIB) != expect:
+        return OTHER_RUN_CHUNK
+    return chunk
 
 
 @_jit
@@ -160,6 +173,7 @@ def take_results(
     offsets: Any,
     job_id: int,
     run: int,
+    expect: int,
     window: int,
     first16: int,
     slot_latest: Any,
@@ -182,9 +196,11 @@ def take_results(
     """A batch of received records (record j at buf[offsets[j]:], INA_BYTES): (status, new
     results, overflowed ones, RTT samples, the window's base after them).
 
-    DECLINED, with nothing changed, unless every record is either not a result of this
-    operation (`_match`: -1) or the first result of a different chunk in flight (not done,
-    a finite deadline). Else TAKEN: each such chunk is done, its lanes in `result`, its
+    OTHER_RUN, with nothing changed and the record's index in place of the new results, if a
+    record is a result of this operation whose contrib is not `expect` (-1: any). DECLINED,
+    with nothing changed, unless every record is either not a result of this operation
+    (`_match`: -1) or the first result of a different chunk in flight (not done, a finite
+    deadline). Else TAKEN: each such chunk is done, its lanes in `result`, its
     OVERFLOW flag in `overflow`, its deadline infinite; a chunk sent once (retries 0) gives an
     RTT sample, now - sent_at, in `rtts` in record order and through RFC 6298's recursion on
     `rtt` = [has SRTT, SRTT, RTTVAR, min RTT] with gains alpha, beta
@@ -193,12 +209,15 @@ def take_results(
     n = offsets.size
     n_trees = answered_once.size
     for j in range(n):
-        i = _match(buf, offsets[j], job_id, run, window, first16, slot_latest)
+        i = _match(buf, offsets[j], job_id, run, expect, window, first16, slot_latest)
         chunks[j] = i
-        if i >= 0 and (done[i] or deadline[i] == np.inf):  # a duplicate, or presumed lost
+        other = i == OTHER_RUN_CHUNK
+        if other or (i >= 0 and (done[i] or deadline[i] == np.inf)):  # a duplicate, or lost
             for k in range(j):
                 if chunks[k] >= 0:
                     done[chunks[k]] = False
+            if other:
+                return OTHER_RUN, j, 0, 0, base
             return DECLINED, 0, 0, 0, base
         if i >= 0:
             done[i] = True  # marks it for the duplicate test of the records after it
@@ -323,12 +342,12 @@ def warm_up() -> float:
     recs = np.zeros((1, INA_BYTES), np.uint8)
     head = np.zeros(2 + INA_OFFSET, np.uint8)
     for out, h in ((recs, head[:0]), (np.zeros((1, head.size + INA_BYTES), np.uint8), head)):
-        pack_chunks(np.zeros(1, np.int32), out, h, 0, 1, 1, 0, 0, 0, 0)
+        pack_chunks(np.zeros(1, np.int32), out, h, 0, 1, 1, 0, 0, 0, 0, 1)
     flags = np.zeros(1, np.bool_)
     times = np.zeros(1, np.float64)
     ints = np.zeros(1, np.int64)
     take_results(
-        recs.reshape(-1), ints, 0, 0, 1, 0, ints.copy(), flags, times.copy(),
+        recs.reshape(-1), ints, 0, 0, -1, 1, 0, ints.copy(), flags, times.copy(),
         np.zeros(1, np.int32), times, np.zeros((1, K), np.int32), flags.copy(), ints.copy(),
         0.0, 0, 0, np.zeros(4), 0.1, 0.1, times.copy(), ints.copy(),
     )  # fmt: skip

@@ -292,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         job_id=args.job,
         window=args.window,
         n_workers=args.workers,
+        rank=args.rank,
         n_trees=args.trees,
         give_up_after=args.timeout,
         run=args.run,

@@ -39,11 +39,13 @@ def test_exact_sum_under_injected_loss(loss: float) -> None:
                 LoopbackWireTransport(w.port, wire_dir),
                 job_id=1,
                 run=1,
+                rank=r,
+                n_workers=len(ws),
                 window=window,
                 initial_rto=0.02,
                 give_up_after=20,
             )
-            for w in ws
+            for r, w in enumerate(ws)
         ]
         results = run_threads(
             [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
@@ -71,8 +73,15 @@ def test_consecutive_operations_and_opcodes() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=4)
-            for w in ws
+            InaClient(
+                LoopbackWireTransport(w.port, wire_dir),
+                job_id=1,
+                run=1,
+                rank=r,
+                n_workers=len(ws),
+                window=4,
+            )
+            for r, w in enumerate(ws)
         ]
 
         def work(c: InaClient, x: npt.NDArray[np.int32]) -> list[npt.NDArray[np.int32]]:
@@ -92,7 +101,7 @@ def test_consecutive_operations_and_opcodes() -> None:
         assert np.array_equal(o[3], o[0])
         assert o[4].size == 0
         assert np.array_equal(o[5], stack[:, :1].astype(np.int64).sum(0))
-    assert clients[0].next_chunk == 4 * 4 + 0 + 1
+    assert clients[0].next_chunk == 1 + 4 * 4 + 0 + 1  # the run check's chunk first
 
 
 def test_overflow_is_reported_per_chunk() -> None:
@@ -102,8 +111,15 @@ def test_overflow_is_reported_per_chunk() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=4)
         clients = [
-            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=4)
-            for w in ws
+            InaClient(
+                LoopbackWireTransport(w.port, wire_dir),
+                job_id=1,
+                run=1,
+                rank=r,
+                n_workers=len(ws),
+                window=4,
+            )
+            for r, w in enumerate(ws)
         ]
         outs = run_threads([partial(c.allreduce_int32, a) for c in clients])
     for res, over in outs:
@@ -125,8 +141,15 @@ def test_duplicated_and_reordered_results_are_harmless() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         install_star(sw, 1, ws, pool=8)
         clients = [
-            InaClient(DuplicatingReorderingTransport(w.port, wire_dir), job_id=1, run=1, window=8)
-            for w in ws
+            InaClient(
+                DuplicatingReorderingTransport(w.port, wire_dir),
+                job_id=1,
+                run=1,
+                rank=r,
+                n_workers=len(ws),
+                window=8,
+            )
+            for r, w in enumerate(ws)
         ]
         outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
     expected = np.stack(xs).astype(np.int64).sum(0)
@@ -144,6 +167,7 @@ def test_vanished_switch_gives_a_clear_error_within_its_bound(tmp_path: Path) ->
         transport,
         job_id=7,
         run=1,
+        check_run=False,  # the exchange's own error, not the run check's
         window=4,
         initial_rto=0.01,
         max_rto=0.05,
@@ -166,6 +190,7 @@ def test_missing_peer_names_the_job_and_chunks() -> None:
             LoopbackWireTransport(1, wire_dir),
             job_id=3,
             run=1,
+            check_run=False,  # the exchange's own error, not the run check's
             window=4,
             initial_rto=0.01,
             max_rto=0.05,
@@ -199,11 +224,12 @@ def test_codecs_through_the_switch_match_the_reference_bit_for_bit(codec_name: s
                 LoopbackWireTransport(w.port, wire_dir),
                 job_id=1,
                 run=1,
+                rank=r,
                 window=16,
                 n_workers=n,
                 initial_rto=0.02,
             )
-            for w in ws
+            for r, w in enumerate(ws)
         ]
 
         def reduce(c: InaClient, x: npt.NDArray[np.float32]) -> npt.NDArray[np.generic]:
@@ -270,13 +296,22 @@ def test_chunks_striped_over_two_trees() -> None:
     with running_switch([w.port for w in ws]) as (sw, wire_dir):
         apply_to_pipeline(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=8, mgid=1, n_trees=2))
         clients = [
-            InaClient(LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=8, n_trees=2)
-            for w in ws
+            InaClient(
+                LoopbackWireTransport(w.port, wire_dir),
+                job_id=1,
+                run=1,
+                rank=r,
+                n_workers=len(ws),
+                window=8,
+                n_trees=2,
+            )
+            for r, w in enumerate(ws)
         ]
         outs = run_threads([partial(int32_result, c, x) for c, x in zip(clients, xs, strict=True)])
         per_tree = {key[1]: e.packets for key, e in sw.pipeline.ina_child.entries.items()}
     assert all(np.array_equal(o, np.stack(xs).astype(np.int64).sum(0)) for o in outs)
-    assert per_tree == {0: 10, 1: 10}  # 20 chunks per worker, half on each tree
+    # 20 chunks per worker, half on each tree, after the run check's (tree 0)
+    assert per_tree == {0: 11, 1: 10}
 
 
 def test_int32_overflow_through_the_switch_fails_clearly() -> None:
@@ -288,9 +323,14 @@ def test_int32_overflow_through_the_switch_fails_clearly() -> None:
         install_star(sw, 1, ws, pool=4)
         clients = [
             InaClient(
-                LoopbackWireTransport(w.port, wire_dir), job_id=1, run=1, window=4, n_workers=2
+                LoopbackWireTransport(w.port, wire_dir),
+                job_id=1,
+                run=1,
+                rank=r,
+                window=4,
+                n_workers=2,
             )
-            for w in ws
+            for r, w in enumerate(ws)
         ]
 
         def reduce(c: InaClient) -> npt.NDArray[np.generic]:

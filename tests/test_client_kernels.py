@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inaemu.hostlib import kernels
-from inaemu.hostlib.client import InaClient, _Exchange
+from inaemu.hostlib.client import InaClient, InaRunError, _Exchange
 from inaemu.hostlib.loopback import RECORD_HEADER, WireDir, split_records
 from inaemu.hostlib.transport import LoopbackWireTransport, framed, ina_payloads
 from inaemu.hostlib.wire import (
@@ -41,6 +42,7 @@ from tests.test_congestion import SimSwitch, sim_client
     st.sampled_from(list(Opcode)),
     st.integers(0, 0xFFFF),
     st.integers(0, 2**32 - 1),
+    st.integers(0, 0xFFFF),
 )
 @settings(max_examples=200, deadline=None)
 def test_compiled_payloads_are_the_reference_bytes(
@@ -51,6 +53,7 @@ def test_compiled_payloads_are_the_reference_bytes(
     opcode: Opcode,
     job: int,
     seed: int,
+    contrib: int,
 ) -> None:
     window, trees = window_trees
     values = np.random.default_rng(seed).integers(-(2**31), 2**31, n, dtype=np.int64)
@@ -61,12 +64,12 @@ def test_compiled_payloads_are_the_reference_bytes(
         c = InaClient(
             Nowhere(), job_id=job, window=window, n_trees=trees, run=run, compiled=compiled
         )
-        out[compiled] = c._payloads(flat, first, n_chunks, opcode, run)
+        out[compiled] = c._payloads(flat, first, n_chunks, opcode, run, contrib)
     assert out[True].dtype == out[False].dtype == INA_DTYPE
     assert out[True].tobytes() == out[False].tobytes()
     sim = FramedSim(1)
     framed = InaClient(sim, job_id=job, window=window, n_trees=trees, run=run)
-    frames, payloads = framed._frames(sim, flat, first, n_chunks, opcode, run)
+    frames, payloads = framed._frames(sim, flat, first, n_chunks, opcode, run, contrib)
     assert payloads.tobytes() == out[False].tobytes()
     assert (frames[:, : len(HEAD)] == HEAD).all()
     assert frames[:, len(HEAD) :].tobytes() == out[False].tobytes()
@@ -137,6 +140,34 @@ def test_the_compiled_path_takes_first_results_and_declines_the_rest() -> None:
     assert ex.c.stats.foreign_packets == 2
 
 
+@given(
+    st.lists(CHUNK, min_size=1, max_size=WINDOW + 1),
+    st.integers(0, WINDOW),
+    st.sampled_from([False, True]),
+)
+@settings(max_examples=100, deadline=None)
+def test_a_result_of_another_run_is_refused_on_every_path(
+    picks: list[int], at: int, numpy: bool
+) -> None:
+    """A batch in which one result of this operation carries a contrib other than the run's
+    sum (`expect`: the run check's): the compiled path and both references raise
+    `InaRunError` before they take any of it."""
+    at = min(at, len(picks) - 1)
+    picks[at] = max(picks[at], 0)  # a result of this operation, not another job's
+    for path in ("compiled", "loop", "numpy"):
+        ex = exchange(2 * WINDOW, [0.1], 1, [])
+        ex.expect = 0x1234
+        got = results(ex, picks, [False] * len(picks))
+        got["contrib"] = 0x1234
+        got["contrib"][at] = 0x1235
+        if path != "compiled":
+            reference(ex, path == "numpy" and numpy)
+        before = state(ex)
+        with pytest.raises(InaRunError, match=r"run 0: a result for chunk \d+ carries contrib"):
+            ex.take(got, 1.0)
+        assert state(ex) == before
+
+
 def test_a_batch_with_a_chunk_twice_is_declined_and_changes_nothing() -> None:
     ex = exchange(2 * WINDOW, [0.1], 1, [])
     before = state(ex)
@@ -159,7 +190,7 @@ def test_new_chunks_compiled_bookkeeping_is_the_reference(
         )
         c.compiled = compiled
         c._tx = 17
-        payloads = c._payloads(np.zeros(n_chunks * K, np.int32), first, n_chunks, Opcode.SUM, 2)
+        payloads = c._payloads(np.zeros(n_chunks * K, np.int32), first, n_chunks, Opcode.SUM, 2, 1)
         ex = _Exchange(
             c, payloads, first, np.zeros((n_chunks, K), np.int32), np.zeros(n_chunks, bool)
         )

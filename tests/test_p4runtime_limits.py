@@ -187,6 +187,8 @@ class Allreduces:
                 LoopbackWireTransport(port, wire_dir),
                 job_id=1,
                 run=1,
+                rank=port - 1,
+                n_workers=2,
                 window=4,
                 initial_rto=0.05,
                 give_up_after=120,

@@ -17,7 +17,7 @@ import pytest
 
 from inaemu.cli import main as cli
 from inaemu.controller.star import star_job_plan
-from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError
+from inaemu.hostlib.client import InaClient, InaError, InaRunError, InaTimeoutError
 from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.hostlib.wire import (
     INA_DTYPE,
@@ -78,10 +78,12 @@ def clients(
             job_id=job_id,
             window=window,
             run=run,
+            rank=rank,
+            n_workers=len(ports),
             give_up_after=give_up_after,
             initial_rto=initial_rto,
         )
-        for p in ports
+        for rank, p in enumerate(ports)
     ]
 
 
@@ -183,6 +185,91 @@ def test_rerun_with_default_arguments_gets_the_exact_sum_or_a_clear_error() -> N
                 assert "\n" not in error
 
 
+def rerun(
+    wire_dir: str, ports: list[int], run: int, xs: list[npt.NDArray[np.int32]], timeout: float
+) -> list[object]:
+    """New workers of job 1 (W=64) with run id `run` sum `xs`: per worker, its exact sum (True)
+    or the error it raised. A wrong sum fails."""
+    cs = clients(wire_dir, ports, 1, 64, run=run, give_up_after=timeout, initial_rto=0.02)
+
+    def one(c: InaClient, x: npt.NDArray[np.int32]) -> object:
+        try:
+            out, _ = c.allreduce_int32(x)
+        except InaError as exc:
+            return exc
+        wrong = int(np.count_nonzero(out != exact(xs)))
+        assert wrong == 0, f"{wrong} of {out.size} elements wrong, and no error"
+        return True
+
+    try:
+        return run_threads([partial(one, c, x) for c, x in zip(cs, xs, strict=True)])
+    finally:
+        for c in cs:
+            c.transport.close()
+
+
+@pytest.mark.parametrize("size", [1000, 4096, 200_000])
+def test_a_reused_run_id_is_refused_never_summed(size: int) -> None:
+    """Issue 22's reproduction: two runs of job 1's four workers (W=64) with one explicit run
+    id. Before the run check, with 4,096 elements (64 chunks, one per slot) the first run's
+    results stayed READY in every cell and the second run's chunks were answered with them,
+    every element wrong on every worker and no error; with 200,000 the second run's chunks
+    were dropped as STALE and it timed out. Now no worker returns a sum: with 1,000 elements
+    (16 chunks: the run check's cell still holds the first run's nonces) every worker
+    refuses at once (`InaRunError`); longer first runs leave the run check's cell with other
+    seqs or cleared bits, so the second run's chunks are dropped as STALE (a timeout that
+    says a reused id is a cause) or answered with sums whose contrib is not this run's
+    (refused)."""
+    ws = workers(4)
+    ports = [w.port for w in ws]
+    with running_switch(ports) as (sw, wire_dir):
+        install(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=64, mgid=1))
+        assert rerun(wire_dir, ports, 9, inputs(4, size, seed=1), 30.0) == [True] * 4
+        second = rerun(wire_dir, ports, 9, inputs(4, size, seed=2), 2.0)
+        settle(sw.pipeline)
+    for got in second:
+        assert isinstance(got, InaRunError | InaTimeoutError), got
+        if size == 1000:
+            assert isinstance(got, InaRunError), got
+        text = str(got)
+        assert "run id 9 was used before" in text or "used before on this installation" in text
+        assert "\n" not in text
+    packets_in, packets_accounted = accounted(sw.pipeline)
+    assert packets_in == packets_accounted
+
+
+def test_a_reused_run_id_after_an_abandoned_round_is_refused() -> None:
+    """A worker of run 5 gives up mid-operation after the run (its contributions stay in the
+    cells of the other set); then all workers run again with run id 5. The workers whose bits
+    the run check's cell still holds get the first run's nonces back and refuse; the one that
+    moved on finds its bit cleared (STALE) and times out: no wrong sum anywhere."""
+    ws = workers(3)
+    ports = [w.port for w in ws]
+    with running_switch(ports) as (sw, wire_dir):
+        install(sw.pipeline, star_job_plan(1, ws, base=0, pool_size=4, mgid=1))
+        cs = clients(wire_dir, ports, 1, 4, run=5)
+        xs = inputs(3, 3 * K, seed=3)
+        assert all(np.array_equal(o, exact(xs)) for o in reduce_all(cs, xs))
+        abandon_half_round(cs[0], sw.pipeline)
+        for c in cs:
+            c.transport.close()
+        cs = clients(wire_dir, ports, 1, 4, run=5, give_up_after=2.0, initial_rto=0.02)
+
+        def one(c: InaClient, x: npt.NDArray[np.int32]) -> object:
+            try:
+                return c.allreduce_int32(x)[0]
+            except InaError as exc:
+                return exc
+
+        got = run_threads(
+            [partial(one, c, x) for c, x in zip(cs, inputs(3, 3 * K, 4), strict=True)]
+        )
+        for c in cs:
+            c.transport.close()
+    assert isinstance(got[0], InaTimeoutError), got[0]
+    assert all(isinstance(g, InaRunError) for g in got[1:]), got
+
+
 def test_reinstall_with_the_same_run_id_starts_clean() -> None:
     """A job's workers (default run 0) leave a round half-done; the job is reinstalled
     (a new epoch, as the controller gives) over the same pool, and its new workers use run 0
@@ -248,7 +335,7 @@ def test_chunk_counter_wraps_within_a_run_under_loss() -> None:
         xs = inputs(3, 40 * K, seed=8)
         assert all(np.array_equal(o, exact(xs)) for o in reduce_all(cs, xs))
         assert sum(c.stats.retransmissions for c in cs) > 0
-        assert cs[0].next_chunk == (1 << 16) + 27
+        assert cs[0].next_chunk == (1 << 16) + 27 + 1  # + 1: the run check's chunk
         for c in cs:
             c.transport.close()
 
@@ -296,7 +383,7 @@ def test_results_of_other_runs_and_chunks_are_ignored() -> None:
         return [_result(rec, other_run, -1), _result(rec, other_chunk, -2), _result(rec, seq, mine)]
 
     t = ScriptedTransport(answer)
-    c = InaClient(t, job_id=3, window=2, run=0x1234)
+    c = InaClient(t, job_id=3, window=2, run=0x1234, check_run=False)  # no sums to check
     out, _ = c.allreduce_int32(np.zeros(5 * K, dtype=np.int32))
     assert np.array_equal(out.reshape(5, K), np.repeat(np.arange(5), K).reshape(5, K))
     sent = np.concatenate([s["seq"] for s in t.sent])

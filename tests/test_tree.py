@@ -325,13 +325,15 @@ def test_clients_over_planned_trees_with_loss_on_every_link(topo: Topology, n_tr
             net.transport(h),
             job_id=1,
             run=1,
+            rank=r,
+            n_workers=len(topo.hosts),
             window=8,
             n_trees=len(rec.trees),
             initial_rto=0.02,
             min_rto=0.005,
             give_up_after=60,
         )
-        for h in topo.hosts
+        for r, h in enumerate(topo.hosts)
     ]
     xs = [
         np.random.default_rng(r).integers(-1000, 1000, 60 * K, np.int32)

@@ -149,8 +149,17 @@ def test_forged_frames_are_dropped_and_counted_while_old_udp_ports_are_held(
             install_star(sw, 1, ws, pool=window)
             transports = [LoopbackWireTransport(w.port, wire_dir) for w in ws]
             clients = [
-                InaClient(t, job_id=1, run=1, window=window, initial_rto=0.05, give_up_after=30)
-                for t in transports
+                InaClient(
+                    t,
+                    job_id=1,
+                    run=1,
+                    rank=r,
+                    n_workers=n,
+                    window=window,
+                    initial_rto=0.05,
+                    give_up_after=30,
+                )
+                for r, t in enumerate(transports)
             ]
             forged = {
                 p: frames(p, range(n_chunks), window, value=1 << 20)
@@ -239,8 +248,17 @@ def test_a_rebound_host_end_cannot_take_over_a_live_wire() -> None:
             for f in forged:
                 thief.sendto(f, port_path)
         clients = [
-            InaClient(t, job_id=1, run=1, window=4, initial_rto=0.05, give_up_after=3)
-            for t in transports
+            InaClient(
+                t,
+                job_id=1,
+                run=1,
+                rank=r,
+                n_workers=len(transports),
+                window=4,
+                initial_rto=0.05,
+                give_up_after=3,
+            )
+            for r, t in enumerate(transports)
         ]
         results = run_threads(
             [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
@@ -297,7 +315,16 @@ def test_a_killed_host_is_replaced_at_once_and_a_restarted_switch_retaken(
             start = time.monotonic()
             transports = [LoopbackWireTransport(w.port, wire_dir) for w in ws]
             clients = [
-                InaClient(t, job_id=1, run=1, window=4, initial_rto=0.05) for t in transports
+                InaClient(
+                    t,
+                    job_id=1,
+                    run=1,
+                    rank=r,
+                    n_workers=len(transports),
+                    window=4,
+                    initial_rto=0.05,
+                )
+                for r, t in enumerate(transports)
             ]
             results = run_threads(
                 [partial(c.allreduce_int32, x) for c, x in zip(clients, xs, strict=True)]
@@ -535,10 +562,12 @@ def test_three_softswitches_linked_port_to_port_sum_exactly() -> None:
                 LoopbackWireTransport(port, wires, switch_name=leaf),
                 job_id=1,
                 run=1,
+                rank=2 * i + port - 1,
+                n_workers=4,
                 window=4,
                 initial_rto=0.05,
             )
-            for leaf in ("leaf1", "leaf2")
+            for i, leaf in enumerate(("leaf1", "leaf2"))
             for port in (1, 2)
         ]
         xs = [np.random.default_rng(r).integers(-1000, 1000, 30 * K, np.int32) for r in range(4)]
@@ -649,8 +678,17 @@ def test_two_softswitch_processes_linked_by_the_cli_run_a_job(tmp_path: Path) ->
                 LoopbackWireTransport(2, wires, switch_name="s2"),
             ]
             clients = [
-                InaClient(t, job_id=1, run=1, window=8, initial_rto=0.05, give_up_after=30)
-                for t in transports
+                InaClient(
+                    t,
+                    job_id=1,
+                    run=1,
+                    rank=r,
+                    n_workers=2,
+                    window=8,
+                    initial_rto=0.05,
+                    give_up_after=30,
+                )
+                for r, t in enumerate(transports)
             ]
             xs = [np.arange(20 * K, dtype=np.int32) * (r + 1) for r in range(2)]
             results = run_threads(

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -146,10 +146,39 @@ def run_phases(
     `overflowed` is a bool or a per-lane bool mask (see `SumOverflow.lanes`). A SumOverflow
     the codec does not handle propagates to the caller.
     """
+    steps: Generator[None, None, npt.NDArray[np.generic]] = phase_steps(
+        gen, lambda phase: _at_once(allreduce(phase))
+    )
+    try:
+        next(steps)
+    except StopIteration as stop:
+        result: npt.NDArray[np.generic] = stop.value
+        return result
+    raise AssertionError("an allreduce that runs at once yields no step")
+
+
+S = TypeVar("S")
+R = TypeVar("R")
+
+
+def _at_once(value: R) -> Generator[S, None, R]:
+    """A step generator that yields nothing and returns `value`."""
+    yield from ()
+    return value
+
+
+def phase_steps(
+    gen: PhaseGenerator,
+    allreduce: Callable[[Phase], Generator[S, None, tuple[Int32Array, bool | BoolArray]]],
+) -> Generator[S, None, npt.NDArray[np.generic]]:
+    """`run_phases` for an allreduce that runs in steps (a generator that yields whatever its
+    driver runs, e.g. the INA client's exchanges, and returns (aggregate, overflowed)): the
+    phases' steps in order; returns the codec's result. The one driver loop of the module
+    doc: `run_phases` is this with an allreduce that runs at once."""
     try:
         phase = next(gen)
         while True:
-            agg, overflowed = allreduce(phase)
+            agg, overflowed = yield from allreduce(phase)
             if phase.opcode == Opcode.SUM and np.any(overflowed):
                 lanes = None if isinstance(overflowed, bool) else np.asarray(overflowed, bool)
                 phase = gen.throw(SumOverflow(label=phase.label, lanes=lanes))
