@@ -70,7 +70,7 @@ from inaemu.cli.demo import (
     stop_switches,
 )
 from inaemu.cli.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
-from inaemu.collectives.algorithms import ALGORITHMS, algorithm
+from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
@@ -93,24 +93,10 @@ from inaemu.topology.builders import describe_roles
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES
 
-EVERY_ALGO = ("ina", *ALGORITHMS)  # what `--algo all` runs, in this order
 COUNTERS = ("port_rx", "port_tx")
 RUNS_DIR = "inaemu-demo"  # the default run dirs' folder, in the temp dir
 
 Counts = dict[tuple[str, str, int], tuple[int, int]]  # (switch, counter, port) -> packets, bytes
-
-
-def parse_algos(text: str) -> tuple[str, ...]:
-    """'ina,ring' -> ('ina', 'ring'); 'all' -> every algorithm; ValueError on an unknown one."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if names == ["all"]:
-        return EVERY_ALGO
-    unknown = [n for n in names if n not in EVERY_ALGO]
-    if unknown or not names:
-        raise ValueError(
-            f"--algo {text!r}: use a comma-separated list of {', '.join(EVERY_ALGO)}, or all"
-        )
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass

@@ -41,6 +41,10 @@ from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from inaemu.cli.demo_options import TOPO_SIZE as TOPO_SIZE
+from inaemu.cli.demo_options import DemoError as DemoError
+from inaemu.cli.demo_options import DemoOptions as DemoOptions
+from inaemu.cli.demo_options import demo_topology as demo_topology
 from inaemu.cli.demo_worker import (
     JOB_ID,
     Seat,
@@ -48,7 +52,6 @@ from inaemu.cli.demo_worker import (
     reference,
     run_worker,
 )
-from inaemu.cli.demo_worker import DemoOptions as DemoOptions
 from inaemu.cli.demo_worker import WorkerResult as WorkerResult
 from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
@@ -57,12 +60,11 @@ from inaemu.controller.trees import parents
 from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
 from inaemu.softswitch.fast.dataplanes import warm_up
-from inaemu.topology.builders import describe_roles, load_or_build, star
-from inaemu.topology.model import Topology, TopologyError
+from inaemu.topology.builders import describe_roles, star
+from inaemu.topology.model import Topology
 
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
 WORKER_START_TIMEOUT = 60.0  # seconds for every worker process to attach to its switch
-TOPO_SIZE = 200_000  # default elements per worker with --topo: seconds on a laptop
 
 
 @dataclass
@@ -191,10 +193,6 @@ def _progress_bar(done: int, total: int, started: float) -> str:
     frac = min(done / total, 1.0) if total else 1.0
     bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
     return f"\r  [{bar}] {frac:6.1%}  {time.monotonic() - started:5.1f} s"
-
-
-class DemoError(RuntimeError):
-    pass
 
 
 def _launch(argv: list[str], log: IO[str]) -> subprocess.Popen[str]:
@@ -540,14 +538,6 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         loop.close()
         stop_switches(switches)
         wires.cleanup()
-
-
-def demo_topology(text: str) -> Topology:
-    """The topology file or spec `text`; `DemoError` saying what is wrong with it."""
-    try:
-        return load_or_build(text)
-    except TopologyError as exc:
-        raise DemoError(str(exc)) from None
 
 
 def check_job_fits(topo: Topology, spec: JobSpec) -> None:

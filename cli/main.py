@@ -38,15 +38,19 @@ import sys
 import finsy as fy
 
 from inaemu.cli import bmv2, controller, topo
-from inaemu.cli.compare import main_compare, parse_algos
-from inaemu.cli.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
+from inaemu.cli.demo_options import (
+    TOPO_SIZE,
+    DemoError,
+    DemoOptions,
+    demo_topology,
+    parse_algos,
+)
 from inaemu.controller import api
 from inaemu.controller.bmv2 import Bmv2Error
 from inaemu.controller.jobs import JobError
 from inaemu.controller.p4rt import ControllerError
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.mininet.compare import REPEATS, parse_sizes
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.draw import DrawError
 from inaemu.topology.model import TopologyError
@@ -117,8 +121,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         run_dir=args.run_dir,
         dataplane=args.dataplane,
     )
+    # imported here: the demo's modules load the host library's compiled kernels, which no
+    # other command needs (nor a user without a writable cache for them)
     if opts.algos:  # the comparison of INA and the host collectives
+        from inaemu.cli.compare import main_compare
+
         return main_compare(opts)
+    from inaemu.cli.demo import main_demo
+
     return main_demo(opts)
 
 
@@ -204,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--sizes",
-        type=parse_sizes,
+        type=arg.element_list,
         default=None,
         metavar="LIST",
         help="with --algo: several sizes, e.g. 64K,256K (elements; K, M = 2^10, 2^20): every "
@@ -212,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--repeat",
-        type=REPEATS,
+        type=arg.REPEATS,
         default=1,
         help="with --algo: runs of every algorithm at every size; the table and the plot "
         "show the median and the spread (default 1)",

@@ -598,7 +598,7 @@ def test_wire_dir_too_long_is_not_made(tmp_path: Path) -> None:
 
 @pytest.fixture
 def no_demo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "main_demo", _trip)
+    monkeypatch.setattr(demo, "main_demo", _trip)  # cli.main imports it to run a demo
 
 
 DEMO_ARGS: list[tuple[list[str], str]] = [
