@@ -101,6 +101,7 @@ from inaemu.mininet.scenario import (
     RunDir,
     Scenario,
     ScenarioError,
+    check_prefix,
     link_params,
     link_shaping,
 )
@@ -166,6 +167,14 @@ def _probability(text: str) -> float:
     if not 0.0 <= p <= 1.0:
         raise argparse.ArgumentTypeError(f"--loss {text}: a probability in 0..1, e.g. 0.01")
     return p
+
+
+def _prefix(text: str) -> str:
+    try:
+        check_prefix(text)
+    except ScenarioError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--prefix {text!r}: ")) from None
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--pcap",
         action="store_true",
         help="capture every switch port into pcaps/ (tcpdump; bmv2's own --pcap)",
+    )
+    ap.add_argument(
+        "--prefix",
+        type=_prefix,
+        default=None,
+        help="the start of this network's switch interface names (e.g. k3q- for k3q-s1-eth1; "
+        "default: three letters and digits no interface here starts with, so that networks "
+        "of two runs do not collide; '' for none)",
     )
     ap.add_argument(
         "--run-dir",
@@ -570,6 +587,7 @@ def run_scenario(args: argparse.Namespace) -> int:
         bmv2_log_level=args.bmv2_log_level,
         dataplane=args.dataplane,
         verbose=args.verbose,
+        prefix=args.prefix,
     )
     summary: dict[str, Any] = {
         "topology": label,

@@ -114,6 +114,8 @@ def test_bad_command_lines_are_refused(tmp_path: Path, capsys: pytest.CaptureFix
         (["--workers", "1", str(EXAMPLE)], "--workers must be at least 2"),
         (["--bw", "10", str(EXAMPLE)], "--bw and --switch are for --mininet"),
         (["--mininet", "--bw", "0", str(EXAMPLE)], "--bw 0: Mininet shapes 0 < bw <= 1000"),
+        (["--prefix", "x-", str(EXAMPLE)], "--prefix is for --mininet"),
+        (["--mininet", "--prefix", "a/b", str(EXAMPLE)], "--prefix 'a/b': letters, digits"),
     ]:
         assert main(argv) == 2
         err = capsys.readouterr().err

@@ -460,6 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --mininet: the switch nodes (default softswitch)",
     )
     ap.add_argument("--bw", type=float, default=None, help="with --mininet: Mbit/s per link")
+    ap.add_argument(
+        "--prefix",
+        default=None,
+        help="with --mininet: the start of the network's switch interface names (default: "
+        "one no interface here starts with; see inaemu mininet --prefix)",
+    )
     ap.add_argument("--window", type=int, default=64, help="the job's slots per switch (64)")
     ap.add_argument(
         "--timeout",
@@ -485,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options(args: argparse.Namespace) -> TrainOptions:
     """The checked options; ValueError saying what to fix."""
-    from inaemu.mininet.scenario import MAX_BW  # imports no Mininet
+    from inaemu.mininet.scenario import MAX_BW, ScenarioError, check_prefix  # no Mininet
 
     script_args = list(args.args)
     if script_args[:1] == ["--"]:
@@ -500,6 +506,13 @@ def options(args: argparse.Namespace) -> TrainOptions:
         raise ValueError("--timeout and --limit must be positive seconds")
     if not args.mininet and (args.bw is not None or args.switch != "softswitch"):
         raise ValueError("--bw and --switch are for --mininet (embedded links have no bandwidth)")
+    if args.prefix is not None and not args.mininet:
+        raise ValueError("--prefix is for --mininet (the embedded network makes no interfaces)")
+    if args.prefix is not None:
+        try:
+            check_prefix(args.prefix)
+        except ScenarioError as exc:
+            raise ValueError(str(exc)) from None
     if args.bw is not None and not 0 < args.bw <= MAX_BW:
         raise ValueError(f"--bw {args.bw:g}: Mininet shapes 0 < bw <= {MAX_BW:.0f} Mbit/s")
     if args.mininet and os.geteuid() != 0:
@@ -521,6 +534,7 @@ def options(args: argparse.Namespace) -> TrainOptions:
         window=args.window,
         timeout=args.timeout,
         limit=args.limit,
+        prefix=args.prefix,
     )
 
 
