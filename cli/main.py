@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--density", type=arg.DENSITY, default=1.0, help="fraction of non-zero elements")
     d.add_argument(
         "--loss",
-        type=arg.Real(0.0, 1.0, "a probability", hi_open=True, note="1 would drop everything"),
+        type=arg.LossRate(0.0, 1.0, "a probability", hi_open=True, note="1 would drop everything"),
         default=0.0,
         help="injected loss probability per port, below 1",
     )

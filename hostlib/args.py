@@ -27,6 +27,7 @@ from typing import NoReturn
 from inaemu.hostlib.loopback import WireError, check_wire_dir_path
 from inaemu.hostlib.wire import MAX_RUN, SLOT_INDEX_MASK
 from inaemu.p4.constants import DROP_PORT
+from inaemu.p4.plan import loss_threshold
 
 MAX_SECONDS = 86_400.0  # timeouts and delays: at most a day (a longer wait is a typo)
 MAX_ELEMENTS = 1 << 28  # array elements per worker: 1 GiB of float32
@@ -128,6 +129,23 @@ WORKERS = Integer(1, MAX_WORKERS, "a number of workers")
 RANK = Integer(0, MAX_WORKERS - 1, "a rank")
 SECONDS = Real(0.0, MAX_SECONDS, "seconds", lo_open=True)
 PROBABILITY = Real(0.0, 1.0, "a probability")
+
+
+@dataclass(frozen=True)
+class LossRate(Real):
+    """A loss probability the switches' loss table can say (`p4.plan.loss_threshold`: a
+    rate above 0 that would round to a threshold of 0 is refused, not dropped silently)."""
+
+    def __call__(self, text: str) -> float:
+        value = super().__call__(text)
+        try:
+            loss_threshold(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+
+LOSS = LossRate(0.0, 1.0, "a probability")
 DENSITY = Real(0.0, 1.0, "a fraction of non-zero elements", lo_open=True)
 REPEATS = Integer(1, MAX_REPEATS, "a number of runs")
 

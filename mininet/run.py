@@ -105,6 +105,7 @@ from inaemu.mininet.scenario import (
     link_params,
     link_shaping,
 )
+from inaemu.p4.plan import loss_threshold
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
@@ -166,6 +167,10 @@ def _probability(text: str) -> float:
         p = -1.0
     if not 0.0 <= p <= 1.0:
         raise argparse.ArgumentTypeError(f"--loss {text}: a probability in 0..1, e.g. 0.01")
+    try:
+        loss_threshold(p)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return p
 
 

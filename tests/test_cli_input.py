@@ -28,6 +28,7 @@ from inaemu.hostlib.collective import worker as rank_worker
 from inaemu.hostlib.loopback import WireDir, WireError
 from inaemu.mininet import debian, gloo_worker
 from inaemu.mininet import run as mininet_run
+from inaemu.p4.plan import MIN_LOSS, loss_threshold
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
@@ -619,6 +620,7 @@ DEMO_ARGS: list[tuple[list[str], str]] = [
     (["--window", "32768"], "--window: expected a number of slots in 1..32767"),
     (["--loss", "1"], "--loss: expected a probability in [0, 1) (1 would drop everything)"),
     (["--loss", "nan"], "--loss: expected a probability"),
+    (["--loss", "1e-12"], "--loss: loss probability 1e-12 rounds to 0 (the switch's threshold"),
     (["--density", "0"], "--density: expected a fraction of non-zero elements in (0, 1]"),
     (["--density", "1.5"], "--density: expected a fraction"),
     (["--seed", "-1"], "--seed: expected a seed in 0..18446744073709551615"),
@@ -696,6 +698,27 @@ def test_loss_refuses_a_probability_outside_0_1(
     args = ("loss", "-t", str(path), "--switch", "s1", "--ports", "1", "--probability", probability)
     err = usage_refused(capsys, cli.main, "inaemu loss", *args)
     assert f"argument --probability: expected a probability in [0, 1], got '{probability}'" in err
+
+
+@pytest.mark.parametrize("probability", ["1e-12", "1e-10"])
+def test_loss_refuses_a_probability_that_rounds_to_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], probability: str
+) -> None:
+    """Issue 22 (item 10): a rate above 0 whose threshold, round(p x 0xFFFFFFFF), is 0 would
+    inject no loss at all; it was accepted without a word."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    args = ("loss", "-t", str(path), "--switch", "s1", "--ports", "1", "--probability", probability)
+    err = usage_refused(capsys, cli.main, "inaemu loss", *args)
+    assert f"loss probability {probability} rounds to 0 (the switch's threshold has 32 bits)" in err
+    assert "the smallest loss it injects is 2.33e-10; give 0 for none" in err
+
+
+def test_the_smallest_loss_is_one_threshold_step() -> None:
+    assert loss_threshold(MIN_LOSS) == 1 and loss_threshold(0.6 * MIN_LOSS) == 1
+    assert loss_threshold(0.0) == 0 and loss_threshold(1.0) == 0xFFFFFFFF
+    with pytest.raises(ValueError, match="rounds to 0"):
+        loss_threshold(0.4 * MIN_LOSS)
 
 
 JOB_ARGS: list[tuple[list[str], str]] = [
@@ -899,6 +922,8 @@ MININET_ARGS: list[tuple[list[str], str]] = [
     (["--seed", "-1"], "--seed: expected a seed"),
     (["--window", "0"], "--window: expected a number of slots in 1..32767"),
     (["--size", "128M"], "4 workers x 134,217,728 elements is more than 268,435,456"),
+    (["--loss", "1e-12"], "--loss: loss probability 1e-12 rounds to 0"),
+    (["--prefix", "too-long-1"], "--prefix: letters, digits, '_', '.' or '-', at most 8"),
 ]
 
 
