@@ -309,8 +309,8 @@ def _state(*jobs: dict[str, Any], **changes: Any) -> dict[str, Any]:
         (_state(GOOD_JOB | {"workers": "h1"}), "workers"),
         (_state({k: v for k, v in GOOD_JOB.items() if k != "pool_size"}), '"pool_size" is missing'),
         (_state(GOOD_JOB | {"pools": {"s1": [0]}}), "expected a [base, size] pool"),
-        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "mgids": [{"s1": 2}]}), "does not fit"),
-        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "pools": {"s1": [4, 4]}}), "is taken"),
+        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "mgids": [{"s1": 2}]}), "pools of jobs 1 and"),
+        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "pools": {"s1": [4, 4]}}), "group 1 on"),
         (_state(GOOD_JOB, epochs=None), "epochs"),
         ({"jobs": {}, "epochs": {}}, "jobs: expected a list"),
         ([], "expected an object"),
@@ -334,7 +334,8 @@ def test_bad_job_state_file(
     path.write_text(json.dumps(star_json()))
     (tmp_path / "t.json.jobs.json").write_text(json.dumps(state))
     err = refused(capsys, "job", "list", "-t", str(path))
-    assert "t.json.jobs.json" in err and message in err and "delete" in err
+    assert "t.json.jobs.json" in err and message in err
+    assert "delete it" in err or "restore the file" in err  # what to do
 
 
 def test_topology_output_that_cannot_be_written(
@@ -486,6 +487,119 @@ def test_job_state_after_a_switch_restart(
         assert not restarted.multicast.groups and not restarted.ina_egress.entries
         assert inaemu(capsys, *add)[0] == 0
         assert inaemu(capsys, *remove) == (0, "job 1 removed\n", "")  # all of it was there
+
+
+def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    state = json.loads(path.read_text())
+    change(state)
+    path.write_text(json.dumps(state))
+
+
+def test_a_job_listed_twice_is_removed_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
+) -> None:
+    """Issue 22, item 14: a job state edited by hand that lists job 1 twice. Before, `job add`
+    said to remove job 1 first and `job remove` said the same (each refused on load). Now both
+    name the file and the way out, and `job remove --job 1` removes every entry of it."""
+    path, state = tmp_path / "t.json", tmp_path / "t.json.jobs.json"
+    path.write_text(json.dumps(star_json(server.address)))
+    job = ("job", "add", "-t", str(path), "--workers", "h1,h2", "--pool", "8")
+    assert inaemu(capsys, *job, "--job", "1")[0] == 0
+    _edit(state, lambda s: s["jobs"].append(dict(s["jobs"][0])))
+    err = refused(capsys, *job, "--job", "2")
+    assert f"{state}: job 1 is listed 2 times" in err
+    assert "`inaemu job remove --job 1` removes every entry of it" in err
+    rc, out, err = inaemu(capsys, "job", "remove", "-t", str(path), "--job", "1")
+    assert (rc, out, err) == (0, "job 1 removed\n", ""), err
+    assert json.loads(state.read_text())["jobs"] == []
+    assert not server.pipeline.ina_job.entries and not server.pipeline.multicast.groups
+    assert inaemu(capsys, *job, "--job", "2")[0] == 0
+
+
+def test_a_new_job_never_gets_slots_a_switch_holds_for_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
+) -> None:
+    """Issue 22, item 14: job 1's pool moved by hand in the job state (a file that is itself
+    consistent): `job add` of job 2 would get job 1's live slots; the switch's entries say so,
+    and it is refused before anything is written."""
+    path, state = tmp_path / "t.json", tmp_path / "t.json.jobs.json"
+    path.write_text(json.dumps(star_json(server.address)))
+    job = ("job", "add", "-t", str(path), "--workers", "h1,h2", "--pool", "8")
+    assert inaemu(capsys, *job, "--job", "1")[0] == 0
+    _edit(state, lambda s: s["jobs"][0]["pools"].update(s1=[100, 8]))
+    err = refused(capsys, *job, "--job", "2")
+    assert "switch 's1' holds job 1 in slots [0, 8), which job 2 would get" in err
+    assert "the job state places it at [100, 108)" in err
+    assert set(server.pipeline.ina_job.entries) == {(1, 0)}  # nothing of job 2 written
+    state.unlink()  # no state at all: the switch still says whose the slots are
+    err = refused(capsys, *job, "--job", "2")
+    assert "holds job 1 in slots [0, 8)" in err and "does not list it there" in err
+
+
+def _two_jobs(state: Path) -> dict[str, Any]:
+    one = {"workers": ["h1", "h2"], "pool_size": 8, "n_trees": 1, "roots": ["s1"]}
+    return {
+        "jobs": [
+            {
+                **one,
+                "job_id": 1,
+                "pools": {"s1": [0, 8]},
+                "mgids": [{"s1": 1}],
+                "epochs": {"s1": 1},
+            },
+            {
+                **one,
+                "job_id": 2,
+                "pools": {"s1": [8, 8]},
+                "mgids": [{"s1": 2}],
+                "epochs": {"s1": 2},
+            },
+        ],
+        "epochs": {"s1": 2},
+    }
+
+
+BAD_STATES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("overlap", _set("jobs.1.pools.s1", [4, 8]), "the slot pools of jobs 1 and 2 overlap on"),
+    ("twice", _set("jobs.1.job_id", 1), "job 1 is listed 2 times"),
+    ("group", _set("jobs.1.mgids.0.s1", 1), "jobs 1 and 2 both use multicast group 1 on"),
+    ("epoch", _set("epochs.s1", 1), "job 2 holds epoch 2 on switch 's1', the one the next"),
+    ("epoch 0", _set("epochs.s1", 0), "job 1 holds epoch 1 on switch 's1', the one the next"),
+    ("size", _set("jobs.1.pools.s1", [8, 4]), "job 2's pool [8, 12) on switch 's1' is not its"),
+    ("end", _set("jobs.1.pools.s1", [1020, 8]), "[1020, 1028) on switch 's1' is not its"),
+    ("base", _set("jobs.1.pools.s1", [1024, 8]), "base: expected an integer in 0..1023"),
+    ("empty", _set("jobs.1.pools.s1", [8, 0]), "size: expected an integer in 1..1024"),
+    ("three", _set("jobs.1.pools.s1", [8, 8, 8]), "expected a [base, size] pool"),
+    ("pool_size", _set("jobs.1.pool_size", 2**31), "pool_size: expected an integer in 1..32767"),
+    ("n_trees", _set("jobs.1.n_trees", 256), "n_trees: expected an integer in 1..255"),
+    ("no workers", _set("jobs.1.workers", []), "workers: expected a list"),
+    ("job epoch", _set("jobs.1.epochs.s1", 0), "job #1: switch 's1': expected an integer in 1.."),
+    ("no trees", _set("jobs.1.mgids", []), "mgids: expected a list"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "message"), BAD_STATES, ids=[n for n, _, _ in BAD_STATES]
+)
+def test_a_job_state_edited_by_hand_is_refused_on_load(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    change: Callable[[dict[str, Any]], None],
+    message: str,
+) -> None:
+    """Issue 22, items 10 and 14: the job state's fields are range-checked like a topology's,
+    and the jobs checked against each other, before any switch is asked: one line naming the
+    file (every command that reads it: here `job list`, which asks no switch)."""
+    path, state = tmp_path / "t.json", tmp_path / "t.json.jobs.json"
+    path.write_text(json.dumps(star_json()))
+    good = _two_jobs(state)
+    state.write_text(json.dumps(good))
+    assert inaemu(capsys, "job", "list", "-t", str(path))[0] == 0
+    change(good)
+    state.write_text(json.dumps(good))
+    err = refused(capsys, "job", "list", "-t", str(path))
+    assert err.startswith(f"inaemu job: {state}") and message in err, err
 
 
 def test_a_refused_job_is_one_line(
