@@ -11,6 +11,7 @@ environment contract, backend names, the records' merge, refusals.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -174,6 +175,26 @@ def test_every_backend_trains_on_the_embedded_network(
     ring = runs["ring-inceptionn"]["loss"]
     gaps = [abs(a - b) for a, b in zip(ring, gloo, strict=True)]
     assert 1e-5 < max(gaps) < 0.05, gaps
+
+
+def test_a_full_disk_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22, item 13: --out on a full disk. The plot is the largest file and the last,
+    written by PIL through matplotlib: its OSError (ENOSPC) was a traceback."""
+    pytest.importorskip("torch", reason="PyTorch not installed")
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib")
+    from matplotlib.figure import Figure
+
+    def full(self: Figure, path: Any, **_: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    argv = ["--backend", "gloo", "--workers", "2", "--out", str(tmp_path)]
+    assert main([*argv, str(EXAMPLE), "--steps", str(STEPS)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"inaemu train: cannot write {tmp_path}: No space left on device\n"
+    assert (tmp_path / "train.json").exists()  # what was written before it stays
 
 
 @pytest.mark.usefixtures("mininet_ready", "in_root_ns")

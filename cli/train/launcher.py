@@ -626,6 +626,12 @@ def report(
     say(f"  records: {opts.out / 'train.json'}")
 
 
+def _cannot_write(exc: OSError, out: Path) -> int:
+    where = exc.filename or out
+    print(f"inaemu train: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+    return 1
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -647,10 +653,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninaemu train: interrupted; workers and switches stopped", file=sys.stderr)
         return 130
+    except OSError as exc:  # --out full or gone, say (workers and network stopped on the way)
+        return _cannot_write(exc, opts.out)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    report(runs, summary, opts, print)
+    try:
+        report(runs, summary, opts, print)
+    except OSError as exc:  # train.png: a full disk reaches us from PIL
+        return _cannot_write(exc, opts.out)
     failed = [r for r in runs if not r.ok]
     if failed:
         print(
