@@ -46,11 +46,12 @@ import queue
 import re
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
@@ -65,6 +66,7 @@ from inaemu.cli.demo import (
     demo_topology,
     open_wire_dir,
     program_topology,
+    read_stats,
     run_and_report,
     start_switches,
     stop_switches,
@@ -564,7 +566,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
                             print(f"  running {algo} x {size:,}{again} ...", file=out, flush=True)
                         row = _run_one(
                             opts, topo, workers, pool, ctl, loop, meter, run_dir / "logs",
-                            algo, sched, run, size, ref,
+                            algo, sched, run, size, ref, switches,
                         )  # fmt: skip
                         row.repeat = repeat
                         rows.append(row)
@@ -598,6 +600,7 @@ def _run_one(
     run: int,
     size: int,
     ref: Any,
+    switches: Mapping[str, subprocess.Popen[str]],
 ) -> AlgoRow:
     """One algorithm at one size on the running comparison: the workers' results checked
     against `ref`, the traffic from the switches' counters, the CPU over the run and the
@@ -607,11 +610,11 @@ def _run_one(
     else:
         tasks = [replace(schedule_task(algo, run, sched, topo), size=size) for _ in workers]
     drops0 = {name: read_port_drops(logs / f"{name}.log") for name in topo.switches}
-    before = _counts(loop.run_until_complete(ctl.read_stats()))
+    before = _counts(read_stats(loop, ctl, switches))
     meter.sample()  # samples just around the run: its window is measured closely
     results = pool.run(tasks, opts.timeout)
     meter.sample()
-    after = _counts(loop.run_until_complete(ctl.read_stats()))
+    after = _counts(read_stats(loop, ctl, switches))
     row = AlgoRow(algo, steps=None if sched is None else len(sched.steps), size=size)
     row.results = results
     t0, t1 = min(r.start for r in results), max(r.end for r in results)

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
@@ -457,7 +457,7 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         ctl = loop.run_until_complete(_program(topo, opts))
         seats = [Seat(port=r + 1) for r in range(opts.workers)]
         collected, wall = _run_workers(opts, seats, out, lambda: switch.poll() is None)
-        stats = loop.run_until_complete(ctl.read_stats())
+        stats = read_stats(loop, ctl, {"s1": switch})
         expected_chunks = max(1, -(-opts.size // K)) * opts.workers
         report = DemoReport(opts, wall, collected, stats, expected_chunks)
         if opts.codec.startswith("sketch") and opts.density == 1.0:
@@ -519,7 +519,7 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         collected, wall = _run_workers(
             opts, seats, out, lambda: all(p.poll() is None for p in switches.values())
         )
-        stats = loop.run_until_complete(ctl.read_stats())
+        stats = read_stats(loop, ctl, switches)
         ref = reference(opts)  # once, for every worker's result
         for r in collected:
             assert r.values is not None
@@ -538,6 +538,39 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         loop.close()
         stop_switches(switches)
         wires.cleanup()
+
+
+def read_stats(
+    loop: asyncio.AbstractEventLoop,
+    ctl: Controller,
+    switches: Mapping[str, subprocess.Popen[str]],
+) -> StatsReport:
+    """Every switch's counters; `DemoError` if a switch cannot give them: one that exited
+    meanwhile is named (finsy cancels the reads of a connection that died: a CancelledError
+    that would otherwise end the demo in a traceback)."""
+    try:
+        return loop.run_until_complete(ctl.read_stats())
+    except (asyncio.CancelledError, ControllerError) as exc:
+        dead = [
+            f"{name} ({_how_it_ended(proc.returncode)})"
+            for name, proc in sorted(switches.items())
+            if proc.poll() is not None
+        ]
+        if dead:
+            raise DemoError(
+                f"switch {', '.join(dead)} ended before the demo read its counters (the "
+                "report's packets and drops)"
+            ) from None
+        raise DemoError(f"reading the switches' counters failed: {exc or 'cancelled'}") from None
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            pass
+    return f"exit status {returncode}"
 
 
 def check_job_fits(topo: Topology, spec: JobSpec) -> None:
