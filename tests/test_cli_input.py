@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -761,6 +763,24 @@ def test_demo_wire_dir_too_long_is_refused_before_it_is_made(
     err = usage_refused(capsys, cli.main, "inaemu demo", "demo", "--wire-dir", str(wires))
     assert "too long for socket paths (at most 91 bytes)" in err
     assert not wires.exists()
+
+
+def test_a_wire_dir_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """Issue 22, item 13: `--wire-dir` with a byte that is not UTF-8 in its name: the demo
+    died decoding the switch's READY line ("'utf-8' codec can't decode byte 0xff in position
+    109"); the softswitch ran with it. Both refuse it as they parse, and make nothing."""
+    wires = os.fsencode(tmp_path) + b"/w\xff"
+    for argv in (
+        [sys.executable, "-m", "inaemu.cli", "demo", "--workers", "2"],
+        [sys.executable, "-m", "inaemu.softswitch", "--wires", "1-2"],
+    ):
+        proc = subprocess.run(
+            [*argv, b"--wire-dir", wires], capture_output=True, timeout=60, cwd=tmp_path
+        )
+        err = proc.stderr.decode(errors="replace")
+        assert proc.returncode == 2 and err.count("\n") == 1, err
+        assert f"wire dir {tmp_path}/w\\xff is not UTF-8 text" in err
+    assert not os.path.exists(wires)
 
 
 @pytest.mark.parametrize(
