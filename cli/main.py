@@ -51,6 +51,7 @@ from inaemu.controller.jobs import JobError
 from inaemu.controller.p4rt import ControllerError
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
+from inaemu.mininet.footprint import OVERRIDE, check_fits, demo_parts
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.draw import DrawError
 from inaemu.topology.model import TopologyError
@@ -62,8 +63,17 @@ DEMO_PROCESSES = 64  # switch processes, and worker processes
 DEMO_ELEMENTS = arg.MAX_ELEMENTS  # elements of all workers together (1 GiB of float32)
 
 
-def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
-    """Refuse a demo larger than `DEMO_PROCESSES` and `DEMO_ELEMENTS` allow."""
+def _check_demo_size(
+    topo_text: str | None,
+    workers: int,
+    size: int,
+    *,
+    memory_check: bool = True,
+    comparison: bool = False,
+) -> None:
+    """Refuse a demo larger than `DEMO_PROCESSES` and `DEMO_ELEMENTS` allow, or than this
+    machine's memory holds (`mininet.footprint`; unless `memory_check` is off)."""
+    switches = 1
     if topo_text:
         try:
             topo = demo_topology(topo_text)
@@ -75,6 +85,7 @@ def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
                 f"process per switch, at most {DEMO_PROCESSES}"
             )
         workers = workers or len(topo.hosts)
+        switches = len(topo.switches)
     if workers > DEMO_PROCESSES:
         raise ValueError(
             f"{workers:,} workers; the demo runs one process per worker, at most "
@@ -85,6 +96,12 @@ def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
             f"{workers} workers x --size {size:,} is {workers * size:,} elements; the demo "
             f"holds at most {DEMO_ELEMENTS:,} (1 GiB of float32) in all"
         )
+    if memory_check:
+        what = f"a demo on {topo_text}" if topo_text else "the demo"
+        hint = "choose a smaller --topo, fewer --workers or a smaller --size"
+        # one switch: each worker checks its own result; else the demo checks them all
+        parts = demo_parts(switches, workers, size, workers_check=not (topo_text or comparison))
+        check_fits(what, parts, hint=hint)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -98,7 +115,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.sizes and args.size is not None:
         raise ValueError("give --size or --sizes, not both")
     sizes = tuple(args.sizes or ())
-    _check_demo_size(topo, workers, max(sizes, default=size))
+    _check_demo_size(
+        topo,
+        workers,
+        max(sizes, default=size),
+        memory_check=args.memory_check,
+        comparison=bool(args.algo),
+    )
     opts = DemoOptions(
         workers=workers,
         size=size,
@@ -239,6 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_DATAPLANE,
         help="the softswitches' data plane: fast (compiled) or reference (Python); "
         "default %(default)s",
+    )
+    d.add_argument(
+        OVERRIDE,
+        dest="memory_check",
+        action="store_false",
+        help="start the demo even if it needs more memory than this machine has available "
+        "(the estimate: docs/user-guide.md)",
     )
     d.set_defaults(func=cmd_demo)
 

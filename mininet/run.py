@@ -93,6 +93,7 @@ from inaemu.mininet.compare import (
 )
 from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
 from inaemu.mininet.compare import parse_sizes as parse_sizes
+from inaemu.mininet.footprint import OVERRIDE, check_fits, mininet_parts
 from inaemu.mininet.report import report_comparison, report_single
 from inaemu.mininet.scenario import (
     MAX_BW,
@@ -318,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--no-install", action="store_true", help="do not apt-get install what is missing"
+    )
+    ap.add_argument(
+        OVERRIDE,
+        dest="memory_check",
+        action="store_false",
+        help="build the network even if it needs more memory than this machine has available",
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="Mininet's progress messages")
     return ap
@@ -552,6 +559,14 @@ def run_scenario(args: argparse.Namespace) -> int:
                 f"{len(workers)} workers x {max(sizes):,} elements is more than "
                 f"{arg.MAX_ELEMENTS:,} (1 GiB of float32): the results are checked on this machine"
             )
+        if args.memory_check:
+            torch = any(a.name == "gloo" for a in algos)
+            parts = mininet_parts(
+                args.switch, len(topo.switches), len(topo.hosts), len(workers), max(sizes),
+                torch=torch,
+            )  # fmt: skip
+            hint = "choose a smaller topology or --size"
+            check_fits(f"a Mininet network of {label}", parts, hint=hint)
         auto = args.bw == AUTO
         scales = bw_scales(topo, args.node_ports)
         bw: float | None = None if auto else args.bw
