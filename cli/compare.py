@@ -46,11 +46,12 @@ import queue
 import re
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
@@ -65,12 +66,13 @@ from inaemu.cli.demo import (
     demo_topology,
     open_wire_dir,
     program_topology,
+    read_stats,
     run_and_report,
     start_switches,
     stop_switches,
 )
 from inaemu.cli.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
-from inaemu.collectives.algorithms import ALGORITHMS, algorithm
+from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
@@ -94,24 +96,10 @@ from inaemu.topology.builders import describe_roles
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES
 
-EVERY_ALGO = ("ina", *ALGORITHMS)  # what `--algo all` runs, in this order
 COUNTERS = ("port_rx", "port_tx")
 RUNS_DIR = "inaemu-demo"  # the default run dirs' folder, in the temp dir
 
 Counts = dict[tuple[str, str, int], tuple[int, int]]  # (switch, counter, port) -> packets, bytes
-
-
-def parse_algos(text: str) -> tuple[str, ...]:
-    """'ina,ring' -> ('ina', 'ring'); 'all' -> every algorithm; ValueError on an unknown one."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if names == ["all"]:
-        return EVERY_ALGO
-    unknown = [n for n in names if n not in EVERY_ALGO]
-    if unknown or not names:
-        raise ValueError(
-            f"--algo {text!r}: use a comma-separated list of {', '.join(EVERY_ALGO)}, or all"
-        )
-    return tuple(dict.fromkeys(names))
 
 
 @dataclass
@@ -580,7 +568,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
                             print(f"  running {algo} x {size:,}{again} ...", file=out, flush=True)
                         row = _run_one(
                             opts, topo, workers, pool, ctl, loop, meter, run_dir / "logs",
-                            algo, sched, run, size, ref,
+                            algo, sched, run, size, ref, switches,
                         )  # fmt: skip
                         row.repeat = repeat
                         rows.append(row)
@@ -614,6 +602,7 @@ def _run_one(
     run: int,
     size: int,
     ref: Any,
+    switches: Mapping[str, subprocess.Popen[str]],
 ) -> AlgoRow:
     """One algorithm at one size on the running comparison: the workers' results checked
     against `ref`, the traffic from the switches' counters, the CPU over the run and the
@@ -623,11 +612,11 @@ def _run_one(
     else:
         tasks = [replace(schedule_task(algo, run, sched, topo), size=size) for _ in workers]
     drops0 = {name: read_port_drops(logs / f"{name}.log") for name in topo.switches}
-    before = _counts(loop.run_until_complete(ctl.read_stats()))
+    before = _counts(read_stats(loop, ctl, switches))
     meter.sample()  # samples just around the run: its window is measured closely
     results = pool.run(tasks, opts.timeout)
     meter.sample()
-    after = _counts(loop.run_until_complete(ctl.read_stats()))
+    after = _counts(read_stats(loop, ctl, switches))
     row = AlgoRow(algo, steps=None if sched is None else len(sched.steps), size=size)
     row.results = results
     t0, t1 = min(r.start for r in results), max(r.end for r in results)

@@ -145,7 +145,7 @@ def add_parsers(sub: Any) -> None:
         required=True,
         help=f"ingress ports, e.g. 1-4,7 ({arg.SWITCH_PORT.lo}..{arg.SWITCH_PORT.hi})",
     )
-    lo.add_argument("--probability", type=arg.PROBABILITY, required=True, help="0 removes the loss")
+    lo.add_argument("--probability", type=arg.LOSS, required=True, help="0 removes the loss")
     lo.set_defaults(func=cmd_loss)
 
     st = sub.add_parser("stats", help="per-job, per-port counters and drops")

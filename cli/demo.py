@@ -34,13 +34,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from inaemu.cli.demo_options import TOPO_SIZE as TOPO_SIZE
+from inaemu.cli.demo_options import DemoError as DemoError
+from inaemu.cli.demo_options import DemoOptions as DemoOptions
+from inaemu.cli.demo_options import demo_topology as demo_topology
 from inaemu.cli.demo_worker import (
     JOB_ID,
     Seat,
@@ -48,7 +52,6 @@ from inaemu.cli.demo_worker import (
     reference,
     run_worker,
 )
-from inaemu.cli.demo_worker import DemoOptions as DemoOptions
 from inaemu.cli.demo_worker import WorkerResult as WorkerResult
 from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
@@ -58,12 +61,11 @@ from inaemu.hostlib import args as arg
 from inaemu.hostlib.loopback import WireDir
 from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
 from inaemu.softswitch.fast.dataplanes import warm_up
-from inaemu.topology.builders import describe_roles, load_or_build, star
-from inaemu.topology.model import Topology, TopologyError
+from inaemu.topology.builders import describe_roles, star
+from inaemu.topology.model import Topology
 
 SWITCH_START_TIMEOUT = 30.0  # seconds for the softswitch process to print READY
 WORKER_START_TIMEOUT = 60.0  # seconds for every worker process to attach to its switch
-TOPO_SIZE = 200_000  # default elements per worker with --topo: seconds on a laptop
 
 
 @dataclass
@@ -192,10 +194,6 @@ def _progress_bar(done: int, total: int, started: float) -> str:
     frac = min(done / total, 1.0) if total else 1.0
     bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
     return f"\r  [{bar}] {frac:6.1%}  {time.monotonic() - started:5.1f} s"
-
-
-class DemoError(RuntimeError):
-    pass
 
 
 def _launch(argv: list[str], log: IO[str]) -> subprocess.Popen[str]:
@@ -461,7 +459,7 @@ def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         ctl = loop.run_until_complete(_program(topo, opts))
         seats = [Seat(port=r + 1) for r in range(opts.workers)]
         collected, wall = _run_workers(opts, seats, out, lambda: switch.poll() is None)
-        stats = loop.run_until_complete(ctl.read_stats())
+        stats = read_stats(loop, ctl, {"s1": switch})
         expected_chunks = max(1, -(-opts.size // K)) * opts.workers
         report = DemoReport(opts, wall, collected, stats, expected_chunks)
         if opts.codec.startswith("sketch") and opts.density == 1.0:
@@ -524,7 +522,7 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         collected, wall = _run_workers(
             opts, seats, out, lambda: all(p.poll() is None for p in switches.values())
         )
-        stats = loop.run_until_complete(ctl.read_stats())
+        stats = read_stats(loop, ctl, switches)
         ref = reference(opts)  # once, for every worker's result
         for r in collected:
             assert r.values is not None
@@ -545,12 +543,37 @@ def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
         wires.cleanup()
 
 
-def demo_topology(text: str) -> Topology:
-    """The topology file or spec `text`; `DemoError` saying what is wrong with it."""
+def read_stats(
+    loop: asyncio.AbstractEventLoop,
+    ctl: Controller,
+    switches: Mapping[str, subprocess.Popen[str]],
+) -> StatsReport:
+    """Every switch's counters; `DemoError` if a switch cannot give them: one that exited
+    meanwhile is named (finsy cancels the reads of a connection that died: a CancelledError
+    that would otherwise end the demo in a traceback)."""
     try:
-        return load_or_build(text)
-    except TopologyError as exc:
-        raise DemoError(str(exc)) from None
+        return loop.run_until_complete(ctl.read_stats())
+    except (asyncio.CancelledError, ControllerError) as exc:
+        dead = [
+            f"{name} ({_how_it_ended(proc.returncode)})"
+            for name, proc in sorted(switches.items())
+            if proc.poll() is not None
+        ]
+        if dead:
+            raise DemoError(
+                f"switch {', '.join(dead)} ended before the demo read its counters (the "
+                "report's packets and drops)"
+            ) from None
+        raise DemoError(f"reading the switches' counters failed: {exc or 'cancelled'}") from None
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            pass
+    return f"exit status {returncode}"
 
 
 def check_job_fits(topo: Topology, spec: JobSpec) -> None:

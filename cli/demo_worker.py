@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.cli.demo_options import DemoOptions as DemoOptions
 from inaemu.hostlib.lifeline import die_with_parent
 from inaemu.hostlib.worker import digest, worker_input
 
@@ -26,31 +27,6 @@ if TYPE_CHECKING:
     from inaemu.hostlib.client import InaClient
 
 JOB_ID = 1
-
-
-@dataclass
-class DemoOptions:
-    workers: int = 4  # with a topology: 0 = every host of it
-    size: int = 2_000_000
-    codec: str = "fixedpoint"
-    density: float = 1.0
-    loss: float = 0.0
-    window: int = 256  # the job's slot pool, a quarter of the switch's (SwitchML's client: 256)
-    wire_dir: str | None = None  # None: the softswitch makes a private one (READY wire_dir=)
-    grpc_port: int = 0
-    seed: int = 1
-    progress: bool = True
-    timeout: float = 30.0  # a worker gives up after this long without progress
-    run: int | None = None  # the workers' run id; None: the parent draws a fresh one
-    topo: str | None = None  # a compact spec (leaf-spine:2x2x4) or topology file; None: star
-    trees: int = 0  # aggregation trees with a topology (0: one per root candidate)
-    algos: tuple[str, ...] = ()  # the comparison (compare.py): ina and schedules
-    mtu: int = 1500  # the comparison: IPv4 packet bytes of the host collectives' frames
-    node_ports: str = "all"  # the comparison: torus and mesh node model (topology.routes)
-    sizes: tuple[int, ...] = ()  # the comparison: several sizes (elements); () = (size,)
-    repeat: int = 1  # the comparison: runs of each algorithm at each size
-    run_dir: str | None = None  # the comparison: summary.json, completion.png, logs/
-    dataplane: str = "fast"  # the softswitches' --dataplane: fast (compiled) or reference
 
 
 @dataclass(frozen=True)

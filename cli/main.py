@@ -42,15 +42,20 @@ import sys
 import finsy as fy
 
 from inaemu.cli import bmv2, controller, topo
-from inaemu.cli.compare import main_compare, parse_algos
-from inaemu.cli.demo import TOPO_SIZE, DemoError, DemoOptions, demo_topology, main_demo
+from inaemu.cli.demo_options import (
+    TOPO_SIZE,
+    DemoError,
+    DemoOptions,
+    demo_topology,
+    parse_algos,
+)
 from inaemu.controller import api
 from inaemu.controller.bmv2 import Bmv2Error
 from inaemu.controller.jobs import JobError
 from inaemu.controller.p4rt import ControllerError
 from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.mininet.compare import REPEATS, parse_sizes
+from inaemu.mininet.footprint import OVERRIDE, check_fits, demo_parts
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.draw import DrawError
 from inaemu.topology.model import TopologyError
@@ -62,8 +67,17 @@ DEMO_PROCESSES = 64  # switch processes, and worker processes
 DEMO_ELEMENTS = arg.MAX_ELEMENTS  # elements of all workers together (1 GiB of float32)
 
 
-def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
-    """Refuse a demo larger than `DEMO_PROCESSES` and `DEMO_ELEMENTS` allow."""
+def _check_demo_size(
+    topo_text: str | None,
+    workers: int,
+    size: int,
+    *,
+    memory_check: bool = True,
+    comparison: bool = False,
+) -> None:
+    """Refuse a demo larger than `DEMO_PROCESSES` and `DEMO_ELEMENTS` allow, or than this
+    machine's memory holds (`mininet.footprint`; unless `memory_check` is off)."""
+    switches = 1
     if topo_text:
         try:
             topo = demo_topology(topo_text)
@@ -75,6 +89,7 @@ def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
                 f"process per switch, at most {DEMO_PROCESSES}"
             )
         workers = workers or len(topo.hosts)
+        switches = len(topo.switches)
     if workers > DEMO_PROCESSES:
         raise ValueError(
             f"{workers:,} workers; the demo runs one process per worker, at most "
@@ -85,6 +100,12 @@ def _check_demo_size(topo_text: str | None, workers: int, size: int) -> None:
             f"{workers} workers x --size {size:,} is {workers * size:,} elements; the demo "
             f"holds at most {DEMO_ELEMENTS:,} (1 GiB of float32) in all"
         )
+    if memory_check:
+        what = f"a demo on {topo_text}" if topo_text else "the demo"
+        hint = "choose a smaller --topo, fewer --workers or a smaller --size"
+        # one switch: each worker checks its own result; else the demo checks them all
+        parts = demo_parts(switches, workers, size, workers_check=not (topo_text or comparison))
+        check_fits(what, parts, hint=hint)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -98,7 +119,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.sizes and args.size is not None:
         raise ValueError("give --size or --sizes, not both")
     sizes = tuple(args.sizes or ())
-    _check_demo_size(topo, workers, max(sizes, default=size))
+    _check_demo_size(
+        topo,
+        workers,
+        max(sizes, default=size),
+        memory_check=args.memory_check,
+        comparison=bool(args.algo),
+    )
     opts = DemoOptions(
         workers=workers,
         size=size,
@@ -121,8 +148,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         run_dir=args.run_dir,
         dataplane=args.dataplane,
     )
+    # imported here: the demo's modules load the host library's compiled kernels, which no
+    # other command needs (nor a user without a writable cache for them)
     if opts.algos:  # the comparison of INA and the host collectives
+        from inaemu.cli.compare import main_compare
+
         return main_compare(opts)
+    from inaemu.cli.demo import main_demo
+
     return main_demo(opts)
 
 
@@ -162,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--density", type=arg.DENSITY, default=1.0, help="fraction of non-zero elements")
     d.add_argument(
         "--loss",
-        type=arg.Real(0.0, 1.0, "a probability", hi_open=True, note="1 would drop everything"),
+        type=arg.LossRate(0.0, 1.0, "a probability", hi_open=True, note="1 would drop everything"),
         default=0.0,
         help="injected loss probability per port, below 1",
     )
@@ -208,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--sizes",
-        type=parse_sizes,
+        type=arg.element_list,
         default=None,
         metavar="LIST",
         help="with --algo: several sizes, e.g. 64K,256K (elements; K, M = 2^10, 2^20): every "
@@ -216,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--repeat",
-        type=REPEATS,
+        type=arg.REPEATS,
         default=1,
         help="with --algo: runs of every algorithm at every size; the table and the plot "
         "show the median and the spread (default 1)",
@@ -233,6 +266,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_DATAPLANE,
         help="the softswitches' data plane: fast (compiled) or reference (Python); "
         "default %(default)s",
+    )
+    d.add_argument(
+        OVERRIDE,
+        dest="memory_check",
+        action="store_false",
+        help="start the demo even if it needs more memory than this machine has available "
+        "(the estimate: docs/user-guide.md)",
     )
     d.set_defaults(func=cmd_demo)
 

@@ -29,6 +29,10 @@ from typing import Any
 from inaemu.topology.model import TopologyError, read_json
 
 SCHEDULE_FORMAT = 1  # the "format" of to_json's document; from_json refuses any other
+# The most chunks a schedule may cut its array into: a rank per chunk for the most workers a
+# job has (a ring over 65,535 ranks), and a bound for whatever holds a value per chunk (the
+# executor's chunk bounds, the checker's state). A file asking for 10^15 hung the worker.
+MAX_CHUNKS = 1 << 16
 
 
 class ScheduleError(ValueError):
@@ -80,8 +84,10 @@ class Schedule:
             raise ScheduleError(f"{self.algo}: no ranks")
         if len(set(self.hosts)) != self.n_ranks:
             raise ScheduleError(f"{self.algo}: a host holds two ranks: {list(self.hosts)}")
-        if self.n_chunks < 1:
-            raise ScheduleError(f"{self.algo}: n_chunks is {self.n_chunks}, not >= 1")
+        if not 1 <= self.n_chunks <= MAX_CHUNKS:
+            raise ScheduleError(
+                f"{self.algo}: n_chunks is {self.n_chunks}, not within 1..{MAX_CHUNKS:,}"
+            )
         for i, t in self.transfers():
             where = f"{self.algo}, step {i}: {t.src}->{t.dst} chunks [{t.lo}, {t.hi})"
             if not (0 <= t.src < self.n_ranks and 0 <= t.dst < self.n_ranks):

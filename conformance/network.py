@@ -23,6 +23,7 @@ from inaemu.conformance.stf import (
     parse_int,
     parse_packet,
     parse_setup,
+    read_case,
     run_setup,
     stf_lines,
 )
@@ -157,7 +158,7 @@ def parse_network(text: str, name: str = "<mstf>") -> NetworkCase:
 
 
 def load_network(path: Path) -> NetworkCase:
-    return parse_network(path.read_text(), str(path))
+    return parse_network(read_case(path), str(path))
 
 
 class Cables:

@@ -30,6 +30,7 @@ from inaemu.conformance.case_builder import (
     sum_sat,
 )
 from inaemu.conformance.network import NETWORK_SUFFIX
+from inaemu.conformance.stf import END_LINE
 from inaemu.hostlib.wire import Endpoint, Flag, K, seq_field
 from inaemu.p4.constants import DropReason, Event
 
@@ -100,7 +101,7 @@ class NetCase:
         body: list[str] = []
         for name, setup in self.setups.items():
             body += ["", f"switch {name}", *setup.lines]
-        return "\n".join([*head, *body, "", *self.lines, ""])
+        return "\n".join([*head, *body, "", *self.lines, END_LINE, ""])
 
     @property
     def filename(self) -> str:

@@ -147,6 +147,8 @@ def run(cases: Sequence[Path], targets: Sequence[str], json_path: Path | None) -
         parsed = [(p.stem, load_case(p)) for p in cases]
     except StfError as exc:
         raise ConformanceError(str(exc)) from None
+    except OSError as exc:  # unreadable
+        raise ConformanceError(f"{exc.filename}: {exc.strerror or exc}") from None
     runners = {t: _runner(t, json_path) for t in targets}
     print(HEADER, flush=True)
     rows: list[Row] = []

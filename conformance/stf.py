@@ -13,6 +13,11 @@ so the same files check bmv2:
     expect <port> <hex bytes, '*' nibbles are wildcards> [$]
     check_counter <counter>(<index>) packets|bytes == <n>
 
+Every case file ends with the line `# end` (`END_LINE`, a comment to p4c's runner): cases are
+checked by prefix (`expect` without '$', a port's expectations in order), so a file cut short
+at a line boundary would pass as a shorter case; one without it is refused, as is a file that
+is not UTF-8 text.
+
 Values are decimal or 0x-hex; an LPM key is full-width hex with '*' nibbles past the prefix
 (0x0A0000** is 10.0.0.0/24), as bmv2stf.py wants. `expect` without '$' matches a prefix of the
 packet. Packets emitted on a port are matched against that port's expectations in order, and
@@ -320,8 +325,34 @@ def action_args(
     return tuple(values[n] for n in names)
 
 
+END_LINE = "# end"  # the last line of every case file (see the module's docstring)
+
+
+def read_case(path: Path) -> str:
+    """The text of a case file; `StfError` if it is not UTF-8 or does not end with `END_LINE`
+    (cut short)."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise StfError(
+            str(path), line, "not a text file (a byte that is not UTF-8): cases are STF text"
+        ) from None
+    lines = text.splitlines()
+    last = next((n for n in range(len(lines), 0, -1) if lines[n - 1].strip()), 0)
+    if last == 0 or lines[last - 1].strip() != END_LINE:
+        raise StfError(
+            str(path),
+            last,
+            f"the case does not end with the line {END_LINE!r}: it may be cut short (a shorter "
+            "case passes where the whole one fails); add the line if the file is whole",
+        )
+    return text
+
+
 def load_stf(path: Path) -> StfCase:
-    return parse_stf(path.read_text(), str(path))
+    return parse_stf(read_case(path), str(path))
 
 
 class Target(Protocol):

@@ -26,9 +26,15 @@ from typing import TypeVar
 
 import finsy as fy
 
-from inaemu.controller.jobs import JobError, JobRecord, JobSpec
+from inaemu.controller.jobs import JobError, JobRecord, JobSpec, Placement
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
-from inaemu.controller.state import default_state_path, load_state, save_state, state_locked
+from inaemu.controller.state import (
+    JobState,
+    default_state_path,
+    load_state,
+    save_state,
+    state_locked,
+)
 from inaemu.controller.stats import StatsReport
 from inaemu.hostlib.args import checks_done
 from inaemu.p4.plan import loss_threshold
@@ -72,9 +78,16 @@ def controller(
     """The topology, the installed jobs and a controller that knows them, not connected:
     bad input is refused before any switch is touched. `push`: the controller installs
     ina.p4 when it connects (`force`: even on a switch that reports the same one)."""
+    state = load_state(files.state_path)
+    return _replayed(files, state, push=push, force=force), [spec for spec, _ in state.jobs]
+
+
+def _replayed(
+    files: NetworkFiles, state: JobState, *, push: bool = False, force: bool = False
+) -> Controller:
+    """A controller over the topology that knows the jobs of `state`, not connected."""
     topo = Topology.load(files.topology)
     path = files.state_path
-    state = load_state(path)
     pipeline = PipelineFiles()
     if files.device_config is not None:
         config = files.device_config
@@ -101,7 +114,7 @@ def controller(
         raise ControllerError(f"{path}: {exc}; delete it if the switches were restarted") from None
     for job_id, last_run in state.last_runs.items():
         ctl.jobs.jobs[job_id].last_run = last_run
-    return ctl, [spec for spec, _ in state.jobs]
+    return ctl
 
 
 def connected(ctl: Controller, body: Callable[[Controller], Awaitable[T]]) -> T:
@@ -154,15 +167,36 @@ def add_job(files: NetworkFiles, spec: JobSpec) -> JobRecord:
 
 def remove_job(files: NetworkFiles, job_id: int) -> list[str]:
     """Remove a job from the switches and the job state; the switches that had lost some or
-    all of it (restarted): not an error, there is nothing to delete there."""
-    with state_locked(files.state_path):
-        ctl, _ = controller(files)
+    all of it (restarted): not an error, there is nothing to delete there. A job state edited
+    by hand that lists the job more than once, or gives it slots of another job's, is mended
+    here: every entry of it is removed, one after the other (`state.check_state`)."""
+    path = files.state_path
+    with state_locked(path):
+        state = load_state(path, removing=job_id)
+        ctl = _replayed(files, state)
+        entries = state.removing
+        if not entries:
+            ctl.jobs.plan_remove(job_id)  # JobError: not installed; before connecting
+
+        def replay(spec: JobSpec, placed: Placement) -> None:
+            try:
+                ctl.jobs.commit_add(ctl.jobs.plan_add(spec, placed=placed, shared_slots=True))
+                ctl.jobs.restore_epochs(state.epochs)  # the last issued, not this entry's
+            except JobError as exc:
+                raise ControllerError(
+                    f"{path}: job {job_id} does not fit the topology ({exc}); restore the "
+                    "file, or delete it if the switches were restarted"
+                ) from None
+
+        replay(*entries[0])  # refused before connecting
         checks_done()  # the job's being installed is the state's, not the command line's
-        ctl.jobs.plan_remove(job_id)  # refused before connecting
 
         async def remove(ctl: Controller) -> list[str]:
             lacking = await ctl.remove_job(job_id, gone_ok=True)
-            save_state(files.state_path, ctl.jobs)
+            for spec, placed in entries[1:]:  # what is left of it after the first: its
+                replay(spec, placed)  # entries are gone already where they were the same
+                await ctl.remove_job(job_id, gone_ok=True)
+            save_state(path, ctl.jobs)
             return lacking
 
         return connected(ctl, remove)

@@ -208,10 +208,14 @@ class JobManager:
 
     # ------------------------------------------------------------------ add
 
-    def plan_add(self, spec: JobSpec, *, placed: Placement | None = None) -> JobRecord:
+    def plan_add(
+        self, spec: JobSpec, *, placed: Placement | None = None, shared_slots: bool = False
+    ) -> JobRecord:
         """Plan `spec`: free slot pools, free multicast groups and a new epoch on every switch
         it crosses; or, with `placed` (what an earlier plan of it chose, saved by whoever keeps
         the jobs across processes), exactly those, so that the plan is what the switches hold.
+        `shared_slots`: `placed` may overlap another job's pools (only to remove the job: a
+        job state edited by hand).
         """
         if not 0 <= spec.job_id <= 0xFFFF:
             raise JobError(f"job id {spec.job_id} does not fit 16 bits")
@@ -256,7 +260,7 @@ class JobManager:
 
         switches = sorted({s for t in trees for s in t})
         if placed is not None:
-            pools, mgids, epochs = self._check_placed(spec, placed, trees)
+            pools, mgids, epochs = self._check_placed(spec, placed, trees, shared_slots)
         else:
             pools, mgids = self._place(spec, trees, switches)
             epochs = {sw: next_epoch(self.epochs[sw]) for sw in pools}
@@ -297,16 +301,23 @@ class JobManager:
         return pools, mgids
 
     def _check_placed(
-        self, spec: JobSpec, placed: Placement, trees: list[dict[str, TreeNode]]
+        self,
+        spec: JobSpec,
+        placed: Placement,
+        trees: list[dict[str, TreeNode]],
+        shared_slots: bool = False,
     ) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, int], int], dict[str, int]]:
-        """`placed`, if it fits this plan and collides with nothing the manager holds."""
+        """`placed`, if it fits this plan and collides with nothing the manager holds (but
+        other jobs' slots, if `shared_slots`)."""
         what = f"job {spec.job_id}: saved placement"
         switches = sorted({s for t in trees for s in t})
         if set(placed.pools) != set(switches) or set(placed.epochs) != set(switches):
             raise JobError(f"{what} names switches {sorted(placed.pools)}, the plan {switches}")
         for sw, (base, size) in placed.pools.items():
             clash = [
-                j for j, (b, n) in self.pools[sw].used.items() if b < base + size and base < b + n
+                j
+                for j, (b, n) in self.pools[sw].used.items()
+                if b < base + size and base < b + n and not shared_slots
             ]
             if size != spec.pool_size or base < 0 or base + size > INA_SLOTS or clash:
                 raise JobError(f"{what}: pool [{base}, {base + size}) on {sw!r} does not fit")

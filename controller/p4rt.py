@@ -34,7 +34,14 @@ from inaemu.controller.jobs import JobManager, JobRecord, JobSpec, route_plans
 from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.p4.constants import P4INFO_PATH
 from inaemu.p4.info import P4Info, load_p4info, p4info_diff
-from inaemu.p4.plan import CHILD_TABLE, LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
+from inaemu.p4.plan import (
+    CHILD_TABLE,
+    JOB_TABLE,
+    LOSS_TABLE,
+    SwitchPlan,
+    TableWrite,
+    loss_threshold,
+)
 from inaemu.topology.addresses import ip_str
 from inaemu.topology.model import Switch, Topology
 
@@ -309,9 +316,53 @@ class Controller:
 
     async def add_job(self, spec: JobSpec) -> JobRecord:
         record = self.jobs.plan_add(spec)  # JobError: refused before anything is written
+        for sw in sorted(record.pools):
+            await self._check_slots_free(sw, spec.job_id, record.pools[sw])
         await self.apply(record.plans)
         self.jobs.commit_add(record)
         return record
+
+    async def held_pools(self, switch: str) -> dict[tuple[int, int], tuple[int, int]]:
+        """(job, tree) -> (base, size) of the slot pool of every ina_job entry `switch` holds."""
+        held: dict[tuple[int, int], tuple[int, int]] = {}
+        try:
+            async for row in self._switch(switch).read(  # type: ignore[attr-defined]
+                fy.P4TableEntry(JOB_TABLE)
+            ):
+                if row.match is None or row.action is None or row.is_default_action:
+                    continue
+                m, args = dict(row.match), dict(row.action.args)
+                key = (int(m["job_id"]), int(m["tree_id"]))
+                held[key] = (int(args["base"]), int(args["pool_size"]))
+        except fy.P4ClientError as exc:
+            raise ControllerError(
+                f"switch {switch!r} refused to read its jobs: {_reason(exc)}"
+            ) from None
+        return held
+
+    async def _check_slots_free(self, switch: str, job_id: int, pool: tuple[int, int]) -> None:
+        """ControllerError if `switch` holds a job whose slots overlap `pool`, which the plan
+        took to be free: the job state does not say what the switch holds (edited by hand, or
+        another controller's), and the two jobs would sum into each other's slots."""
+        base, size = pool
+        for (other, _), (b, n) in sorted((await self.held_pools(switch)).items()):
+            if b < base + size and base < b + n:
+                saved = self.jobs.jobs.get(other)
+                if saved is not None and switch in saved.pools:
+                    b0, n0 = saved.pools[switch]
+                    fix = (
+                        f"the job state places it at [{b0}, {b0 + n0}): restore the file, or "
+                        f"remove job {other} (`inaemu job remove --job {other}`) first"
+                    )
+                else:
+                    fix = (
+                        "the job state does not list it there (another controller's, or the "
+                        "file was replaced): restore the file"
+                    )
+                raise ControllerError(
+                    f"switch {switch!r} holds job {other} in slots [{b}, {b + n}), which job "
+                    f"{job_id} would get: {fix}"
+                )
 
     async def remove_job(self, job_id: int, *, gone_ok: bool = False) -> list[str]:
         """Delete the job from its switches and forget it. With `gone_ok`, what a switch no

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -26,12 +27,15 @@ from typing import NoReturn
 from inaemu.hostlib.loopback import WireError, check_wire_dir_path
 from inaemu.hostlib.wire import MAX_RUN, SLOT_INDEX_MASK
 from inaemu.p4.constants import DROP_PORT
+from inaemu.p4.plan import loss_threshold
 
 MAX_SECONDS = 86_400.0  # timeouts and delays: at most a day (a longer wait is a typo)
 MAX_ELEMENTS = 1 << 28  # array elements per worker: 1 GiB of float32
 MAX_TREES = 255  # aggregation trees of a job (0: one per root candidate)
 MAX_WORKERS = 0xFFFF  # workers of a job: a result's `contrib` (workers summed) is 16 bits
 MAX_REPEAT = 1_000_000  # allreduces of one worker process
+MAX_REPEATS = 100  # a comparison's --repeat: runs of each algorithm at each size
+SIZE_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}  # elements: 64K, 16M
 _MAX_DIGITS = 40  # longer numbers are refused before int() (which stops at 4300 digits)
 
 
@@ -157,7 +161,47 @@ WORKERS = Integer(1, MAX_WORKERS, "a number of workers")
 RANK = Integer(0, MAX_WORKERS - 1, "a rank")
 SECONDS = Real(0.0, MAX_SECONDS, "seconds", lo_open=True)
 PROBABILITY = Real(0.0, 1.0, "a probability")
+
+
+@dataclass(frozen=True)
+class LossRate(Real):
+    """A loss probability the switches' loss table can say (`p4.plan.loss_threshold`: a
+    rate above 0 that would round to a threshold of 0 is refused, not dropped silently)."""
+
+    def __call__(self, text: str) -> float:
+        value = super().__call__(text)
+        try:
+            loss_threshold(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+
+LOSS = LossRate(0.0, 1.0, "a probability")
 DENSITY = Real(0.0, 1.0, "a fraction of non-zero elements", lo_open=True)
+REPEATS = Integer(1, MAX_REPEATS, "a number of runs")
+
+
+def elements(text: str) -> int:
+    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), at most `MAX_ELEMENTS`
+    (256M)."""
+    m = re.fullmatch(r"\s*(\d[\d_]{0,30})\s*([KMG]?)\s*", text, re.IGNORECASE)
+    if m is None or int(m[1]) == 0:
+        raise argparse.ArgumentTypeError(f"bad size {text!r}: elements, e.g. 100000, 64K, 16M")
+    size = int(m[1]) * SIZE_SUFFIX[m[2].upper()]
+    if size > MAX_ELEMENTS:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: at most {MAX_ELEMENTS >> 20}M elements per worker"
+        )
+    return size
+
+
+def element_list(text: str) -> list[int]:
+    """A comma list of sizes (`elements`), each once, in the order given."""
+    sizes = [elements(part) for part in text.split(",")]
+    if len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(f"--sizes {text}: a size is named twice")
+    return sizes
 
 
 def positive(what: str, hi: int) -> Integer:

@@ -18,18 +18,18 @@ Records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets
 that dtype. No fastmath: the RTT recursion must round as Python's floats do.
 
 Compiled on first use (about a second each) and cached on disk (`cache=True`: in __pycache__
-beside this file, or under NUMBA_CACHE_DIR); `warm_up` loads them all.
+beside this file, or elsewhere: `hostlib/jit.py`); `warm_up` loads them all.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import numpy as np
-from numba import njit
 
+from inaemu.hostlib.jit import cached_njit
 from inaemu.hostlib.wire import (
     ETHERTYPE_IPV4,
     FRAME_BYTES,
@@ -50,7 +50,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _jit(fn: F) -> F:
     """numba's njit, typed: a kernel keeps its Python signature for mypy."""
-    return cast(F, njit(cache=True, nogil=True, error_model="numpy")(fn))
+    return cached_njit(fn, nogil=True, error_model="numpy")
 
 
 def _offset(name: str) -> int:

@@ -372,9 +372,19 @@ WIRE_DIR_ROOM = 16  # bytes a wire dir leaves for its ends' names, e.g. /s1.12.h
 
 
 def check_wire_dir_path(path: str | os.PathLike[str]) -> str:
-    """`path` made absolute (`realpath`) if it leaves room for the socket paths of the wire
-    ends in it; WireError saying so otherwise. Creates nothing."""
+    """`path` made absolute (`realpath`) if it is UTF-8 text and leaves room for the socket
+    paths of the wire ends in it; WireError saying so otherwise. Creates nothing."""
     real = os.path.realpath(os.fspath(path))
+    if not real.isascii():
+        try:
+            real.encode("utf-8")  # a byte that is not UTF-8 is a lone surrogate here
+        except UnicodeEncodeError:
+            shown = os.fsencode(real).decode("ascii", "backslashreplace")
+            raise WireError(
+                errno.EINVAL,
+                f"wire dir {shown} is not UTF-8 text (the switches and workers pass it on as "
+                "text): pick a name in UTF-8",
+            ) from None
     if len(os.fsencode(real)) + WIRE_DIR_ROOM > MAX_PATH:
         raise WireError(
             errno.ENAMETOOLONG,

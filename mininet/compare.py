@@ -27,9 +27,7 @@ could carry during the completion time.
 
 from __future__ import annotations
 
-import argparse
 import math
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -55,38 +53,18 @@ from inaemu.mininet.scenario import LinkUse
 
 UNIT_ROUNDOFF = 2.0**-24  # float32
 CHECKS = ("exact", "bound")
-_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-MAX_REPEATS = 100  # --repeat: runs of each algorithm at each size
-REPEATS = arg.Integer(1, MAX_REPEATS, "a number of runs")
-
-
-def parse_size(text: str) -> int:
-    """Elements: 100000, 100_000, 64K (65,536), 16M (16 x 2^20), at most `arg.MAX_ELEMENTS`
-    (256M)."""
-    m = re.fullmatch(r"\s*(\d[\d_]{0,30})\s*([KMG]?)\s*", text, re.IGNORECASE)
-    if m is None or int(m[1]) == 0:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}: elements, e.g. 100000, 64K, 16M")
-    size = int(m[1]) * _SUFFIX[m[2].upper()]
-    if size > arg.MAX_ELEMENTS:
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: at most {arg.MAX_ELEMENTS >> 20}M elements per worker"
-        )
-    return size
-
-
-def parse_sizes(text: str) -> list[int]:
-    """A comma list of sizes (`parse_size`), each once, in the order given."""
-    sizes = [parse_size(part) for part in text.split(",")]
-    if len(set(sizes)) != len(sizes):
-        raise argparse.ArgumentTypeError(f"--sizes {text}: a size is named twice")
-    return sizes
+# the comparison's sizes and repeats: argument types of every command line that has them
+MAX_REPEATS = arg.MAX_REPEATS
+REPEATS = arg.REPEATS
+parse_size = arg.elements
+parse_sizes = arg.element_list
 
 
 def size_label(size: int) -> str:
     """A size as `parse_size` reads it: 64K, 1M, 100000 (the largest exact binary suffix)."""
     for suffix in ("G", "M", "K"):
-        if size % _SUFFIX[suffix] == 0:
-            return f"{size // _SUFFIX[suffix]}{suffix}"
+        if size % arg.SIZE_SUFFIX[suffix] == 0:
+            return f"{size // arg.SIZE_SUFFIX[suffix]}{suffix}"
     return str(size)
 
 

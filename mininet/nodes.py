@@ -3,9 +3,10 @@ hosts set up for INA workers. In the spirit of p4-utils' `P4Switch` / `P4Runtime
 `P4Host`, written for this project.
 
 A switch node lives in the root namespace (Mininet's default for switches, as in p4-utils):
-its interfaces `<switch>-eth<port>` are root-namespace veths, and its P4Runtime server listens
-on its own 127.0.0.1 port, where the controller reaches it. It starts with no
-program; `inaemu pipeline push` installs ina.p4.
+its interfaces `<prefix><switch>-eth<port>` are root-namespace veths (the prefix is its
+network's: `scenario.py`; its captures and their logs are named without it), and its
+P4Runtime server listens on its own 127.0.0.1 port, where the controller reaches it. It
+starts with no program; `inaemu pipeline push` installs ina.p4.
 
 - `SoftSwitchNode`: `python -m inaemu.softswitch` on AF_PACKET sockets on the node's
   interfaces (the P4Runtime port is picked by the softswitch itself and read from its READY
@@ -122,7 +123,8 @@ class InaSwitch(_Switch):  # type: ignore[misc]
     """A P4Runtime switch process on this node's interfaces, in the root namespace.
 
     params: `device_id` (P4Runtime device id), `log_dir` (where its log goes), `pcap_dir`
-    (capture every interface there; None: no capture), `run_dir` (for sockets)."""
+    (capture every interface there; None: no capture), `run_dir` (for sockets), `prefix`
+    (of its interfaces' names: its network's)."""
 
     kind: ClassVar[str] = ""
 
@@ -135,9 +137,11 @@ class InaSwitch(_Switch):  # type: ignore[misc]
         run_dir: Path,
         pcap_dir: Path | None = None,
         start_timeout: float = START_TIMEOUT,
+        prefix: str = "",
         **params: Any,
     ) -> None:
         super().__init__(name, **params)
+        self.prefix = prefix
         self.device_id = device_id
         self.log_dir = Path(log_dir)
         self.run_dir = Path(run_dir)
@@ -164,6 +168,10 @@ class InaSwitch(_Switch):  # type: ignore[misc]
     def data_ports(self) -> dict[int, str]:
         """port -> interface name, without Mininet's control interface (lo, port 0)."""
         return {p: i.name for p, i in sorted(self.intfs.items()) if i.name != "lo"}
+
+    def shown(self, ifname: str) -> str:
+        """The name a user reads for one of this switch's interfaces: without the prefix."""
+        return ifname.removeprefix(self.prefix)
 
     # ------------------------------------------------------------------ processes
 
@@ -290,8 +298,11 @@ class SoftSwitchNode(InaSwitch):
         # stops (SIGINT), after writing out what it has.
         argv = ["tcpdump", "-i", ifname, "-n", "-Z", "root", "-B", str(CAPTURE_BUFFER_KIB)]
         argv += ["--immediate-mode"]
-        argv += ["-w", str(self.pcap_dir / f"{ifname}.pcap")]
-        return self._spawn(argv, self.log_dir / f"tcpdump-{ifname}.log")
+        argv += ["-w", str(self.pcap_dir / f"{self.shown(ifname)}.pcap")]
+        return self._spawn(argv, self._tcpdump_log(ifname))
+
+    def _tcpdump_log(self, ifname: str) -> Path:
+        return self.log_dir / f"tcpdump-{self.shown(ifname)}.log"
 
     def ready(self) -> bool:
         if not self.grpc:
@@ -301,7 +312,7 @@ class SoftSwitchNode(InaSwitch):
             self.grpc = m["grpc"]
         # tcpdump says "listening on IF" (on stderr, in its log) once it captures
         return all(
-            "listening on" in (self.log_dir / f"tcpdump-{ifname}.log").read_text(errors="replace")
+            "listening on" in self._tcpdump_log(ifname).read_text(errors="replace")
             for ifname in (self.data_ports().values() if self.pcap_dir is not None else ())
         )
 
@@ -346,6 +357,12 @@ class Bmv2Node(InaSwitch):
         addr = self.notifications_addr().removeprefix("ipc://")
         if Path(addr).is_socket():
             Path(addr).unlink()
+        if self.pcap_dir is not None:  # bmv2 names its captures after the interfaces
+            for ifname in self.data_ports().values():
+                for way in ("in", "out"):
+                    got = self.pcap_dir / f"{ifname}_{way}.pcap"
+                    if ifname != self.shown(ifname) and got.exists():
+                        got.rename(self.pcap_dir / f"{self.shown(ifname)}_{way}.pcap")
 
 
 SWITCH_CLASSES: dict[str, type[InaSwitch]] = {"softswitch": SoftSwitchNode, "bmv2": Bmv2Node}

@@ -94,6 +94,7 @@ from inaemu.mininet.compare import (
 )
 from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
 from inaemu.mininet.compare import parse_sizes as parse_sizes
+from inaemu.mininet.footprint import OVERRIDE, check_fits, mininet_parts
 from inaemu.mininet.report import report_comparison, report_single
 from inaemu.mininet.scenario import (
     MAX_BW,
@@ -102,9 +103,11 @@ from inaemu.mininet.scenario import (
     RunDir,
     Scenario,
     ScenarioError,
+    check_prefix,
     link_params,
     link_shaping,
 )
+from inaemu.p4.plan import loss_threshold
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
@@ -166,7 +169,19 @@ def _probability(text: str) -> float:
         p = -1.0
     if not 0.0 <= p <= 1.0:
         raise argparse.ArgumentTypeError(f"--loss {text}: a probability in 0..1, e.g. 0.01")
+    try:
+        loss_threshold(p)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return p
+
+
+def _prefix(text: str) -> str:
+    try:
+        check_prefix(text)
+    except ScenarioError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--prefix {text!r}: ")) from None
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -265,6 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="capture every switch port into pcaps/ (tcpdump; bmv2's own --pcap)",
     )
     ap.add_argument(
+        "--prefix",
+        type=_prefix,
+        default=None,
+        help="the start of this network's switch interface names (e.g. k3q- for k3q-s1-eth1; "
+        "default: three letters and digits no interface here starts with, so that networks "
+        "of two runs do not collide; '' for none)",
+    )
+    ap.add_argument(
         "--run-dir",
         type=Path,
         default=None,
@@ -297,6 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--no-install", action="store_true", help="do not apt-get install what is missing"
+    )
+    ap.add_argument(
+        OVERRIDE,
+        dest="memory_check",
+        action="store_false",
+        help="build the network even if it needs more memory than this machine has available",
     )
     ap.add_argument("-v", "--verbose", action="store_true", help="Mininet's progress messages")
     return ap
@@ -537,6 +566,14 @@ def run_scenario(args: argparse.Namespace) -> int:
                 f"{len(workers)} workers x {max(sizes):,} elements is more than "
                 f"{arg.MAX_ELEMENTS:,} (1 GiB of float32): the results are checked on this machine"
             )
+        if args.memory_check:
+            torch = any(a.name == "gloo" for a in algos)
+            parts = mininet_parts(
+                args.switch, len(topo.switches), len(topo.hosts), len(workers), max(sizes),
+                torch=torch,
+            )  # fmt: skip
+            hint = "choose a smaller topology or --size"
+            check_fits(f"a Mininet network of {label}", parts, hint=hint)
         auto = args.bw == AUTO
         scales = bw_scales(topo, args.node_ports)
         bw: float | None = None if auto else args.bw
@@ -579,6 +616,7 @@ def run_scenario(args: argparse.Namespace) -> int:
         bmv2_log_level=args.bmv2_log_level,
         dataplane=args.dataplane,
         verbose=args.verbose,
+        prefix=args.prefix,
     )
     summary: dict[str, Any] = {
         "topology": label,

@@ -7,15 +7,22 @@ controller's operations (`inaemu.controller.api`), and removed again.
         proc = sc.popen("h1", [sys.executable, "-m", "inaemu.hostlib.worker", ...])
 
 What it creates, and `close()` removes (also after a failure or Ctrl-C): one Mininet network
-(hosts in their own network namespaces; switch nodes in the root namespace with veths named
-`<switch>-eth<port>`, as Mininet names them; tc shaping on the links given a bandwidth), one
-switch process per switch (and tcpdumps with `pcap`), and the processes started with `popen`;
-`build/network.json` lists them (pids, interfaces) as they are made.
-`close()` stops those processes, then has Mininet stop its own network (links, switches,
-hosts), then deletes any of this network's switch interfaces still left in the root
-namespace. It never runs `mn -c`: other networks on the machine are left alone. Before
-building, it refuses to start if one of its switch interface names already exists in the root
-namespace (Mininet would delete that interface to make its own).
+(hosts in their own network namespaces, each with its `<host>-eth0`; switch nodes in the root
+namespace with veths named `<prefix><switch>-eth<port>`; tc shaping on the links given a
+bandwidth), one switch process per switch (and tcpdumps with `pcap`), and the processes
+started with `popen`; `build/network.json` lists them (pids, interfaces, the prefix) as they
+are made. `close()` stops those processes, then has Mininet stop its own network (links,
+switches, hosts), then deletes any of this network's switch interfaces still left in the root
+namespace. It never runs `mn -c`: other networks on the machine are left alone.
+
+The prefix keeps networks apart: two runs (two users, two tests) on one machine each have
+their own root-namespace interfaces. Unless `NetOptions.prefix` names one, it is chosen here:
+three letters and digits and a dash (`k3q-s1-eth1`) that no interface or named network
+namespace on the machine starts with. Linux takes interface names of at most 15 characters:
+the names are checked before anything is made, and so is a clash with an existing interface
+(Mininet would fail half-way, or delete it). Hosts keep their topology names inside their
+own namespaces, and so do the names a user reads: the run's tables and summary, the pcaps and
+the capture logs say `s1-eth1` (`interface_name`), whatever the prefix.
 
 Mininet's `fixLimits` (raising global sysctls such as net.core.wmem_max, never restored) is
 skipped: a network of this size does not need it.
@@ -33,9 +40,11 @@ import json
 import logging
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
+import string
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +59,9 @@ from inaemu.controller.jobs import JobRecord, JobSpec
 from inaemu.topology.model import Link, Topology, TopologyError
 
 IFNAMSIZ = 15  # the longest interface name Linux takes
+PREFIX_TOKEN = 3  # characters of a chosen prefix: 36^3 = 46,656 of them (then a dash)
+PREFIX_CHARS = string.ascii_lowercase + string.digits
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,8}")  # what --prefix may be
 NETEM_OPTIONS = ("delay", "jitter", "loss", "max_queue_size")
 MAX_BW = 1000.0  # Mbit/s: Mininet's TCIntf refuses more
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # ignored while cleaning up
@@ -119,6 +131,7 @@ class NetOptions:
     dataplane: str = "fast"  # the softswitch's: fast (compiled) or reference (Python)
     start_timeout: float = 30.0
     verbose: bool = False  # Mininet's own progress messages
+    prefix: str | None = None  # of the switch interfaces' names; None: chosen (`choose_prefix`)
 
 
 @dataclass
@@ -127,7 +140,8 @@ class LinkUse:
 
     a: str  # "h1" or "l1:3"
     b: str  # "s1:1"
-    ifname: str  # the counted interface, on b's side (a's for a link between switches)
+    ifname: str  # the counted interface, on b's side (a's for a link between switches), as a
+    # user reads it: `s1-eth1` (`interface_name`), its network's prefix left out
     a_to_b: int = 0  # bytes
     b_to_a: int = 0
     a_to_b_packets: int = 0
@@ -232,13 +246,54 @@ def switch_ports(topo: Topology, switch: str) -> list[int]:
     return sorted(ports)
 
 
-def interface_name(node: str, port: int) -> str:
-    """Mininet's name for a node's interface."""
-    return f"{node}-eth{port}"
+def interface_name(node: str, port: int, prefix: str = "") -> str:
+    """Mininet's name for a node's interface (`prefix` in front: a switch's interface in the
+    root namespace; without it, the name a user reads)."""
+    return f"{prefix}{node}-eth{port}"
 
 
 def root_interfaces() -> set[str]:
     return set(os.listdir("/sys/class/net"))
+
+
+def named_namespaces() -> set[str]:
+    """The network namespaces `ip netns` knows by name."""
+    try:
+        return set(os.listdir("/run/netns"))
+    except OSError:
+        return set()
+
+
+def prefix_taken(prefix: str) -> str | None:
+    """An interface of the root namespace or a named network namespace whose name starts with
+    `prefix`, or None."""
+    return next(
+        (n for n in sorted(root_interfaces() | named_namespaces()) if n.startswith(prefix)), None
+    )
+
+
+def check_prefix(prefix: str) -> None:
+    """ScenarioError unless `prefix` can start interface names (letters, digits, '_', '.',
+    '-'; at most 8 characters)."""
+    if not _PREFIX_RE.fullmatch(prefix):
+        raise ScenarioError(
+            f"--prefix {prefix!r}: letters, digits, '_', '.' or '-', at most 8 characters "
+            "(it starts the network's interface names)"
+        )
+
+
+def choose_prefix(attempts: int = 200) -> str:
+    """A prefix no interface or named namespace of this machine starts with: `PREFIX_TOKEN`
+    random letters and digits, a letter first, and a dash."""
+    for _ in range(attempts):
+        token = secrets.choice(string.ascii_lowercase)
+        token += "".join(secrets.choice(PREFIX_CHARS) for _ in range(PREFIX_TOKEN - 1))
+        if prefix_taken(token) is None:
+            return token + "-"
+    raise ScenarioError(
+        f"no free interface prefix in {attempts} tries (the machine has "
+        f"{len(root_interfaces())} interfaces): give one with --prefix"
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -279,6 +334,7 @@ class Scenario:
         self.procs: list[subprocess.Popen[bytes]] = []
         self._files: list[IO[bytes]] = []
         self._our_ifnames: list[str] = []
+        self.prefix = ""  # of this network's switch interfaces: chosen by `_check`
         self.topology_file = run.build / "topology.json"
         self.timings: dict[str, float] = {}
         self.record: dict[str, Any] = {}
@@ -332,25 +388,26 @@ class Scenario:
                     f"kernel's netem, missing here ({why}); inject loss at the switches "
                     "instead (--loss, `inaemu loss`)"
                 )
-        names = []
-        for sw in topo.switches:
-            for port in switch_ports(topo, sw):
-                names.append(interface_name(sw, port))
-        for h in topo.hosts:
-            names.append(interface_name(h, 0))
+        if opts.prefix is not None:
+            check_prefix(opts.prefix)
+        self.prefix = choose_prefix() if opts.prefix is None else opts.prefix
+        switch_ifs = [
+            self.ifname(sw, port) for sw in topo.switches for port in switch_ports(topo, sw)
+        ]
+        names = switch_ifs + [interface_name(h, 0) for h in topo.hosts]
         too_long = [n for n in names if len(n) > IFNAMSIZ]
         if too_long:
             raise ScenarioError(
-                f"interface names longer than {IFNAMSIZ} characters: {', '.join(too_long[:5])}; "
-                "use shorter host and switch names"
+                f"interface names longer than {IFNAMSIZ} characters: {', '.join(too_long[:5])} "
+                f"(prefix {self.prefix!r}); use shorter host and switch names, or a shorter "
+                "--prefix (--prefix '' for none: one such network on the machine at a time)"
             )
-        switch_ifs = [n for n in names if n.rsplit("-eth", 1)[0] in topo.switches]
         clash = sorted(set(switch_ifs) & root_interfaces())
         if clash:
             raise ScenarioError(
                 f"interface(s) {', '.join(clash[:5])} already exist in the root namespace "
-                "(another Mininet network running, or left over from one: remove a left-over "
-                f"with `ip link del {clash[0]}`); Mininet would delete them to make its own"
+                f"(a network with --prefix {self.prefix!r} running, or left over from one: remove "
+                f"a left-over with `ip link del {clash[0]}`, or choose another --prefix)"
             )
         self._our_ifnames = switch_ifs
         return links
@@ -402,11 +459,17 @@ class Scenario:
                 run_dir=self.run.build,
                 pcap_dir=self.run.pcaps if self.options.pcap else None,
                 start_timeout=self.options.start_timeout,
+                prefix=self.prefix,
                 **extra,
             )
         for a, b, a_port, b_port, params in links:
             cls = nodes.ShapedLink if params else mn.link.Link
-            net.addLink(a, b, port1=a_port, port2=b_port, cls=cls, **params)
+            names = {  # a switch's end in the root namespace: prefixed; a host's: its own
+                f"intfName{i}": self.ifname(node, port)
+                for i, (node, port) in ((1, (a, a_port)), (2, (b, b_port)))
+                if port is not None
+            }
+            net.addLink(a, b, port1=a_port, port2=b_port, cls=cls, **names, **params)
         net.build()
         net.staticArp()  # host to host, for ordinary traffic (the switches answer no ARP)
         try:
@@ -422,6 +485,7 @@ class Scenario:
             },
             "hosts": {h: {"shell_pid": net[h].pid} for h in topo.hosts},
             "interfaces": sorted(self._our_ifnames),
+            "prefix": self.prefix,
             "processes": [],
         }
         self._save_record()
@@ -549,6 +613,10 @@ class Scenario:
                 f"$ {command}    # {took:.2f} s\n" + (said.rstrip("\n") + "\n" if said else "")
             )
 
+    def ifname(self, switch: str, port: int) -> str:
+        """The root-namespace interface of `switch`'s `port` in this network (prefixed)."""
+        return interface_name(switch, port, self.prefix)
+
     @property
     def files(self) -> api.NetworkFiles:
         """The files the controller's operations work from: the run's topology and its job
@@ -645,25 +713,26 @@ class Scenario:
 
     # ------------------------------------------------------------------ measurements
 
-    def links(self) -> Iterator[tuple[Link, str, str, str, bool]]:
-        """(link, end a, end b, counted interface, whether the counted end is b)."""
+    def links(self) -> Iterator[tuple[Link, str, str, tuple[str, int], bool]]:
+        """(link, end a, end b, counted (switch, port), whether the counted end is b)."""
         topo = self.topology
         for lk in topo.links:
             sw, port = counted_end(lk)
             a, b = link_ends(lk)
-            yield lk, a, b, interface_name(sw, port), (sw, port) == (lk.b, lk.b_port)
+            yield lk, a, b, (sw, port), (sw, port) == (lk.b, lk.b_port)
 
     def link_counters(self) -> list[LinkUse]:
         """Bytes and packets each way on every link so far (kernel counters of the counted
         interface: what it received came from the other end, what it sent went there)."""
         uses = []
-        for _, a, b, ifname, counted_is_b in self.links():
+        for _, a, b, (sw, port), counted_is_b in self.links():
+            ifname, shown = self.ifname(sw, port), interface_name(sw, port)
             rx, tx = _counter(ifname, "rx_bytes"), _counter(ifname, "tx_bytes")
             rxp, txp = _counter(ifname, "rx_packets"), _counter(ifname, "tx_packets")
             if counted_is_b:  # b received what a sent
-                use = LinkUse(a, b, ifname, rx, tx, rxp, txp)
+                use = LinkUse(a, b, shown, rx, tx, rxp, txp)
             else:
-                use = LinkUse(a, b, ifname, tx, rx, txp, rxp)
+                use = LinkUse(a, b, shown, tx, rx, txp, rxp)
             use.shaping = shaping(ifname)
             uses.append(use)
         return uses
@@ -687,7 +756,7 @@ class Scenario:
         out = subprocess.run(["tc", "-s", "qdisc", "show"], capture_output=True, text=True)
         drops = root_qdisc_drops(out.stdout)
         return {
-            sw: sum(drops.get(interface_name(sw, p), 0) for p in switch_ports(self.topology, sw))
+            sw: sum(drops.get(self.ifname(sw, p), 0) for p in switch_ports(self.topology, sw))
             for sw in self.topology.switches
         }
 

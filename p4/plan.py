@@ -43,8 +43,22 @@ class SwitchPlan:
         self.groups = []
 
 
+# ina_loss drops a frame when a draw uniform over 0..0xFFFFFFFE is below the threshold (loss.p4):
+# threshold t drops with probability t / LOSS_SCALE
+LOSS_SCALE = 0xFFFFFFFF
+MIN_LOSS = 1 / LOSS_SCALE  # the smallest loss rate but 0 a threshold says: about 2.3e-10
+
+
 def loss_threshold(probability: float) -> int:
-    """The ina_loss threshold that drops with `probability` (0 never, 1 always)."""
+    """The ina_loss threshold that drops with `probability` (0 never, 1 always); ValueError
+    for a probability outside 0..1, or one above 0 that no threshold but 0 comes nearest to
+    (it would inject no loss at all)."""
     if not 0.0 <= probability <= 1.0:
         raise ValueError(f"loss probability must be within 0..1, got {probability}")
-    return round(probability * 0xFFFFFFFF)
+    threshold = round(probability * LOSS_SCALE)
+    if probability > 0 and threshold == 0:
+        raise ValueError(
+            f"loss probability {probability:g} rounds to 0 (the switch's threshold has 32 "
+            f"bits): the smallest loss it injects is {MIN_LOSS:.3g}; give 0 for none"
+        )
+    return threshold

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +30,7 @@ from inaemu.hostlib.collective import worker as rank_worker
 from inaemu.hostlib.loopback import WireDir, WireError
 from inaemu.mininet import debian, gloo_worker
 from inaemu.mininet import run as mininet_run
+from inaemu.p4.plan import MIN_LOSS, loss_threshold
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer, _Servicer
 from inaemu.softswitch.p4runtime.server import main as server_main
 from inaemu.softswitch.pipeline import Pipeline
@@ -308,8 +311,8 @@ def _state(*jobs: dict[str, Any], **changes: Any) -> dict[str, Any]:
         (_state(GOOD_JOB | {"workers": "h1"}), "workers"),
         (_state({k: v for k, v in GOOD_JOB.items() if k != "pool_size"}), '"pool_size" is missing'),
         (_state(GOOD_JOB | {"pools": {"s1": [0]}}), "expected a [base, size] pool"),
-        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "mgids": [{"s1": 2}]}), "does not fit"),
-        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "pools": {"s1": [4, 4]}}), "is taken"),
+        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "mgids": [{"s1": 2}]}), "pools of jobs 1 and"),
+        (_state(GOOD_JOB, GOOD_JOB | {"job_id": 2, "pools": {"s1": [4, 4]}}), "group 1 on"),
         (_state(GOOD_JOB, epochs=None), "epochs"),
         ({"jobs": {}, "epochs": {}}, "jobs: expected a list"),
         ([], "expected an object"),
@@ -333,7 +336,8 @@ def test_bad_job_state_file(
     path.write_text(json.dumps(star_json()))
     (tmp_path / "t.json.jobs.json").write_text(json.dumps(state))
     err = refused(capsys, "job", "list", "-t", str(path))
-    assert "t.json.jobs.json" in err and message in err and "delete" in err
+    assert "t.json.jobs.json" in err and message in err
+    assert "delete it" in err or "restore the file" in err  # what to do
 
 
 def test_topology_output_that_cannot_be_written(
@@ -493,6 +497,119 @@ def test_job_state_after_a_switch_restart(
         assert inaemu(capsys, *remove) == (0, "job 1 removed\n", "")  # all of it was there
 
 
+def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    state = json.loads(path.read_text())
+    change(state)
+    path.write_text(json.dumps(state))
+
+
+def test_a_job_listed_twice_is_removed_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
+) -> None:
+    """Issue 22, item 14: a job state edited by hand that lists job 1 twice. Before, `job add`
+    said to remove job 1 first and `job remove` said the same (each refused on load). Now both
+    name the file and the way out, and `job remove --job 1` removes every entry of it."""
+    path, state = tmp_path / "t.json", tmp_path / "t.json.jobs.json"
+    path.write_text(json.dumps(star_json(server.address)))
+    job = ("job", "add", "-t", str(path), "--workers", "h1,h2", "--pool", "8")
+    assert inaemu(capsys, *job, "--job", "1")[0] == 0
+    _edit(state, lambda s: s["jobs"].append(dict(s["jobs"][0])))
+    err = refused(capsys, *job, "--job", "2")
+    assert f"{state}: job 1 is listed 2 times" in err
+    assert "`inaemu job remove --job 1` removes every entry of it" in err
+    rc, out, err = inaemu(capsys, "job", "remove", "-t", str(path), "--job", "1")
+    assert (rc, out, err) == (0, "job 1 removed\n", ""), err
+    assert json.loads(state.read_text())["jobs"] == []
+    assert not server.pipeline.ina_job.entries and not server.pipeline.multicast.groups
+    assert inaemu(capsys, *job, "--job", "2")[0] == 0
+
+
+def test_a_new_job_never_gets_slots_a_switch_holds_for_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
+) -> None:
+    """Issue 22, item 14: job 1's pool moved by hand in the job state (a file that is itself
+    consistent): `job add` of job 2 would get job 1's live slots; the switch's entries say so,
+    and it is refused before anything is written."""
+    path, state = tmp_path / "t.json", tmp_path / "t.json.jobs.json"
+    path.write_text(json.dumps(star_json(server.address)))
+    job = ("job", "add", "-t", str(path), "--workers", "h1,h2", "--pool", "8")
+    assert inaemu(capsys, *job, "--job", "1")[0] == 0
+    _edit(state, lambda s: s["jobs"][0]["pools"].update(s1=[100, 8]))
+    err = refused(capsys, *job, "--job", "2")
+    assert "switch 's1' holds job 1 in slots [0, 8), which job 2 would get" in err
+    assert "the job state places it at [100, 108)" in err
+    assert set(server.pipeline.ina_job.entries) == {(1, 0)}  # nothing of job 2 written
+    state.unlink()  # no state at all: the switch still says whose the slots are
+    err = refused(capsys, *job, "--job", "2")
+    assert "holds job 1 in slots [0, 8)" in err and "does not list it there" in err
+
+
+def _two_jobs(state: Path) -> dict[str, Any]:
+    one = {"workers": ["h1", "h2"], "pool_size": 8, "n_trees": 1, "roots": ["s1"]}
+    return {
+        "jobs": [
+            {
+                **one,
+                "job_id": 1,
+                "pools": {"s1": [0, 8]},
+                "mgids": [{"s1": 1}],
+                "epochs": {"s1": 1},
+            },
+            {
+                **one,
+                "job_id": 2,
+                "pools": {"s1": [8, 8]},
+                "mgids": [{"s1": 2}],
+                "epochs": {"s1": 2},
+            },
+        ],
+        "epochs": {"s1": 2},
+    }
+
+
+BAD_STATES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("overlap", _set("jobs.1.pools.s1", [4, 8]), "the slot pools of jobs 1 and 2 overlap on"),
+    ("twice", _set("jobs.1.job_id", 1), "job 1 is listed 2 times"),
+    ("group", _set("jobs.1.mgids.0.s1", 1), "jobs 1 and 2 both use multicast group 1 on"),
+    ("epoch", _set("epochs.s1", 1), "job 2 holds epoch 2 on switch 's1', the one the next"),
+    ("epoch 0", _set("epochs.s1", 0), "job 1 holds epoch 1 on switch 's1', the one the next"),
+    ("size", _set("jobs.1.pools.s1", [8, 4]), "job 2's pool [8, 12) on switch 's1' is not its"),
+    ("end", _set("jobs.1.pools.s1", [1020, 8]), "[1020, 1028) on switch 's1' is not its"),
+    ("base", _set("jobs.1.pools.s1", [1024, 8]), "base: expected an integer in 0..1023"),
+    ("empty", _set("jobs.1.pools.s1", [8, 0]), "size: expected an integer in 1..1024"),
+    ("three", _set("jobs.1.pools.s1", [8, 8, 8]), "expected a [base, size] pool"),
+    ("pool_size", _set("jobs.1.pool_size", 2**31), "pool_size: expected an integer in 1..32767"),
+    ("n_trees", _set("jobs.1.n_trees", 256), "n_trees: expected an integer in 1..255"),
+    ("no workers", _set("jobs.1.workers", []), "workers: expected a list"),
+    ("job epoch", _set("jobs.1.epochs.s1", 0), "job #1: switch 's1': expected an integer in 1.."),
+    ("no trees", _set("jobs.1.mgids", []), "mgids: expected a list"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "message"), BAD_STATES, ids=[n for n, _, _ in BAD_STATES]
+)
+def test_a_job_state_edited_by_hand_is_refused_on_load(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    change: Callable[[dict[str, Any]], None],
+    message: str,
+) -> None:
+    """Issue 22, items 10 and 14: the job state's fields are range-checked like a topology's,
+    and the jobs checked against each other, before any switch is asked: one line naming the
+    file (every command that reads it: here `job list`, which asks no switch)."""
+    path, state = tmp_path / "t.json", tmp_path / "t.json.jobs.json"
+    path.write_text(json.dumps(star_json()))
+    good = _two_jobs(state)
+    state.write_text(json.dumps(good))
+    assert inaemu(capsys, "job", "list", "-t", str(path))[0] == 0
+    change(good)
+    state.write_text(json.dumps(good))
+    err = refused(capsys, "job", "list", "-t", str(path))
+    assert err.startswith(f"inaemu job: {state}") and message in err, err
+
+
 def test_a_refused_job_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], server: P4RuntimeServer
 ) -> None:
@@ -604,7 +721,7 @@ def test_wire_dir_too_long_is_not_made(tmp_path: Path) -> None:
 
 @pytest.fixture
 def no_demo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "main_demo", _trip)
+    monkeypatch.setattr(demo, "main_demo", _trip)  # cli.main imports it to run a demo
 
 
 DEMO_ARGS: list[tuple[list[str], str]] = [
@@ -625,6 +742,7 @@ DEMO_ARGS: list[tuple[list[str], str]] = [
     (["--window", "32768"], "--window: expected a number of slots in 1..32767"),
     (["--loss", "1"], "--loss: expected a probability in [0, 1) (1 would drop everything)"),
     (["--loss", "nan"], "--loss: expected a probability"),
+    (["--loss", "1e-12"], "--loss: loss probability 1e-12 rounds to 0 (the switch's threshold"),
     (["--density", "0"], "--density: expected a fraction of non-zero elements in (0, 1]"),
     (["--density", "1.5"], "--density: expected a fraction"),
     (["--seed", "-1"], "--seed: expected a seed in 0..18446744073709551615"),
@@ -651,6 +769,24 @@ def test_demo_wire_dir_too_long_is_refused_before_it_is_made(
     err = usage_refused(capsys, cli.main, "inaemu demo", "demo", "--wire-dir", str(wires))
     assert "too long for socket paths (at most 91 bytes)" in err
     assert not wires.exists()
+
+
+def test_a_wire_dir_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """Issue 22, item 13: `--wire-dir` with a byte that is not UTF-8 in its name: the demo
+    died decoding the switch's READY line ("'utf-8' codec can't decode byte 0xff in position
+    109"); the softswitch ran with it. Both refuse it as they parse, and make nothing."""
+    wires = os.fsencode(tmp_path) + b"/w\xff"
+    for argv in (
+        [sys.executable, "-m", "inaemu.cli", "demo", "--workers", "2"],
+        [sys.executable, "-m", "inaemu.softswitch", "--wires", "1-2"],
+    ):
+        proc = subprocess.run(
+            [*argv, b"--wire-dir", wires], capture_output=True, timeout=60, cwd=tmp_path
+        )
+        err = proc.stderr.decode(errors="replace")
+        assert proc.returncode == 2 and err.count("\n") == 1, err
+        assert f"wire dir {tmp_path}/w\\xff is not UTF-8 text" in err
+    assert not os.path.exists(wires)
 
 
 @pytest.mark.parametrize(
@@ -702,6 +838,27 @@ def test_loss_refuses_a_probability_outside_0_1(
     args = ("loss", "-t", str(path), "--switch", "s1", "--ports", "1", "--probability", probability)
     err = usage_refused(capsys, cli.main, "inaemu loss", *args)
     assert f"argument --probability: expected a probability in [0, 1], got '{probability}'" in err
+
+
+@pytest.mark.parametrize("probability", ["1e-12", "1e-10"])
+def test_loss_refuses_a_probability_that_rounds_to_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], probability: str
+) -> None:
+    """Issue 22 (item 10): a rate above 0 whose threshold, round(p x 0xFFFFFFFF), is 0 would
+    inject no loss at all; it was accepted without a word."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(star_json()))
+    args = ("loss", "-t", str(path), "--switch", "s1", "--ports", "1", "--probability", probability)
+    err = usage_refused(capsys, cli.main, "inaemu loss", *args)
+    assert f"loss probability {probability} rounds to 0 (the switch's threshold has 32 bits)" in err
+    assert "the smallest loss it injects is 2.33e-10; give 0 for none" in err
+
+
+def test_the_smallest_loss_is_one_threshold_step() -> None:
+    assert loss_threshold(MIN_LOSS) == 1 and loss_threshold(0.6 * MIN_LOSS) == 1
+    assert loss_threshold(0.0) == 0 and loss_threshold(1.0) == 0xFFFFFFFF
+    with pytest.raises(ValueError, match="rounds to 0"):
+        loss_threshold(0.4 * MIN_LOSS)
 
 
 JOB_ARGS: list[tuple[list[str], str]] = [
@@ -905,6 +1062,8 @@ MININET_ARGS: list[tuple[list[str], str]] = [
     (["--seed", "-1"], "--seed: expected a seed"),
     (["--window", "0"], "--window: expected a number of slots in 1..32767"),
     (["--size", "128M"], "4 workers x 134,217,728 elements is more than 268,435,456"),
+    (["--loss", "1e-12"], "--loss: loss probability 1e-12 rounds to 0"),
+    (["--prefix", "too-long-1"], "--prefix: letters, digits, '_', '.' or '-', at most 8"),
 ]
 
 

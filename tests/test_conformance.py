@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inaemu.cli import main as cli
 from inaemu.conformance.bmv2_network import Bmv2NetworkRunner
 from inaemu.conformance.bmv2_target import Bmv2Runner, bmv2_available, parse_counter_reads
 from inaemu.conformance.nanomsg import NanomsgError
@@ -216,6 +217,36 @@ def test_command_refuses_what_it_cannot_run(
     err = capsys.readouterr().err
     assert "p4c-bm2-ss, simple_switch, simple_switch_CLI not found in " in err, err
     assert f"{tmp_path}/prefix/bin (${PREFIX_ENV}/bin), {tmp_path}/opt-p4/bin and PATH" in err
+
+
+@pytest.mark.parametrize("case", ["sum_4_workers.stf", "tree2_sum.mstf"])
+def test_a_case_cut_short_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """Issue 22, item 14: a case file cut at a line boundary (its last expectations and
+    counter checks gone) passed as a shorter case; without its `# end` line it is refused."""
+    lines = (CASES_DIR / case).read_text().splitlines(keepends=True)
+    assert lines[-1] == "# end\n"
+    first_expect = next(i for i, ln in enumerate(lines) if ln.startswith("expect "))
+    for cut in (len(lines) - 1, len(lines) - 3, first_expect + 1):
+        (tmp_path / case).write_text("".join(lines[:cut]))
+        assert main(["--cases", str(tmp_path), "--target", "softswitch:reference"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert f"{case}:" in err and "does not end with the line '# end'" in err, err
+    (tmp_path / case).write_text("".join(lines))  # whole again: it passes
+    assert main(["--cases", str(tmp_path), "--target", "softswitch:reference"]) == 0
+    assert "1 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_a_binary_case_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22, item 13: `inaemu conformance --cases` on a binary file ended in a
+    UnicodeDecodeError traceback."""
+    (tmp_path / "picture.stf").write_bytes(b"# a case\n\x89PNG\r\n\x1a\n\x00\xff")
+    assert cli.main(["conformance", "--cases", str(tmp_path / "picture.stf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "picture.stf:2: not a text file (a byte that is not UTF-8)" in err
 
 
 # ---------------------------------------------------------------------- multi-switch cases

@@ -429,3 +429,45 @@ def test_a_terminated_demo_leaves_nothing_running(
     again = [*demo[:-1], "2000", *grpc, "--wire-dir", str(wires), "--no-progress"]
     second = run("demo", *again, timeout=120)
     assert second.returncode == 0, second.stdout + second.stderr
+
+
+KILL_BEFORE_STATS = """
+import sys
+from inaemu.cli import demo
+from inaemu.cli.main import main
+
+started, run_workers = demo._start_switch, demo._run_workers
+switch = []
+
+def start(opts):
+    got = started(opts)
+    switch.append(got[0])
+    return got
+
+def then_kill(*args, **kwargs):  # the workers are done: the switch dies before its counters
+    got = run_workers(*args, **kwargs)
+    switch[0].kill()
+    switch[0].wait()
+    return got
+
+if __name__ == "__main__":
+    demo._start_switch, demo._run_workers = start, then_kill
+    sys.exit(main(["demo", "--workers", "2", "--size", "1000", "--no-progress"]))
+"""
+
+
+def test_a_switch_killed_before_the_final_counters_is_one_line(tmp_path: Path) -> None:
+    """Issue 22, item 13: the switch killed while the demo reads its final statistics ended
+    the demo in an asyncio.CancelledError traceback (finsy cancels the reads of a connection
+    that died); now one line naming the switch, exit 1."""
+    script = tmp_path / "kill_switch.py"
+    script.write_text(KILL_BEFORE_STATS)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=ROOT
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "CancelledError" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "inaemu demo: switch s1 (killed by SIGKILL) ended before the demo read its counters "
+        "(the report's packets and drops)"
+    )

@@ -476,6 +476,69 @@ def test_ctrl_c_removes_everything(tmp_path: Path) -> None:
     assert_removed(run)
 
 
+def _record_when_running(run: Path, proc: subprocess.Popen[str], workers: int) -> dict[str, Any]:
+    """build/network.json of the run `proc` makes in `run`, once its `workers` started."""
+    record = run / "build" / "network.json"
+    deadline = time.monotonic() + SCENARIO_TIMEOUT
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the network did not come up"
+        if record.exists():
+            try:
+                got: dict[str, Any] = json.loads(record.read_text())
+            except json.JSONDecodeError:  # being written
+                got = {}
+            if len(got.get("processes", ())) >= workers:
+                return got
+        time.sleep(0.1)
+
+
+@pytest.mark.usefixtures("mininet_ready", "in_root_ns")
+def test_two_networks_at_once(tmp_path: Path) -> None:
+    """Issue 22, item 6: a second network on the machine while the first runs (two users, two
+    test runs). Each chose a prefix of its own for its switch interfaces; both verify their
+    sums and both are removed. A third asking for the first one's prefix is refused before it
+    makes anything. Before, the second said "interface(s) s1-eth1, s1-eth2 already exist"."""
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    argv = [sys.executable, "-m", "inaemu.mininet", "--topo", "star:2", "--progress", "0"]
+    slow = subprocess.Popen(  # about 30 s of traffic: up all the while the second runs
+        [*argv, "--run-dir", str(first), "--size", "2M", "--bw", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        record = _record_when_running(first, slow, 2)
+        prefix = record["prefix"]
+        assert re.fullmatch(r"[a-z][a-z0-9]{2}-", prefix), prefix
+        assert set(record["interfaces"]) == {f"{prefix}s1-eth1", f"{prefix}s1-eth2"}
+        assert set(record["interfaces"]) <= root_ifs()
+        quick = mininet(second, "--topo", "star:2", "--size", "8K", "--bw", "50", "--pcap")
+        assert slow.poll() is None, "the first network ended before the second one ran"
+        summary = summary_of(second, quick)
+        mine = summary["network"]
+        assert mine["prefix"] != prefix and not set(mine["interfaces"]) & set(record["interfaces"])
+        check_host_links(summary)
+        # what a user reads is the topology's names, not the prefixed interfaces
+        assert {u["ifname"] for u in summary["links"]} == {"s1-eth1", "s1-eth2"}
+        assert summary["capture_missed"] == {"s1-eth1": 0, "s1-eth2": 0}
+        assert (second / "pcaps" / "s1-eth1.pcap").stat().st_size > 0
+        assert_removed(second)
+        assert set(record["interfaces"]) <= root_ifs()  # the first one's are still there
+        clash = mininet(third, "--topo", "star:2", "--size", "8K", "--prefix", prefix)
+        assert clash.returncode == 2, clash.stdout + clash.stderr
+        assert f"interface(s) {prefix}s1-eth1, {prefix}s1-eth2 already exist" in clash.stderr
+        assert "Traceback" not in clash.stderr
+        out, err = slow.communicate(timeout=SCENARIO_TIMEOUT)
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+            slow.wait()
+    summary_of(first, subprocess.CompletedProcess(slow.args, slow.returncode, out, err))
+    assert_removed(first)
+
+
 @pytest.mark.usefixtures("mininet_ready", "in_root_ns")
 def test_progress_and_the_default_run_dir(tmp_path: Path) -> None:
     """Run from the repository root as the docs say, without --run-dir: the run dir is a new

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ from inaemu.collectives.check import (
     step_loads,
 )
 from inaemu.collectives.halving_doubling import hd_steps
-from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer
+from inaemu.collectives.schedule import MAX_CHUNKS, Op, Schedule, ScheduleError, Transfer
 from inaemu.controller.jobs import route_plans
 from inaemu.topology.addresses import ip_int
 from inaemu.topology.builders import bigraph, from_spec, mesh, torus
@@ -564,3 +566,24 @@ def test_cli_errors_are_one_line_and_exit_2(
     assert controller_cli.main(["schedule", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("inaemu schedule: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("n_chunks", [10**15, 2**16 + 1, 0])
+def test_a_schedule_of_too_many_chunks_is_refused_in_one_line(
+    tmp_path: Path, n_chunks: int
+) -> None:
+    """Issue 22 (item 10): the chunk count of a schedule file is capped (`MAX_CHUNKS`). A
+    worker given one of 10^15 chunks went on cutting its array into them (it hung); now it
+    says what is wrong and exits 2, before it connects to anyone."""
+    path = tmp_path / "s.json"
+    doc = Schedule("ring", ("h1",), 1, ()).to_json()
+    path.write_text(json.dumps({**doc, "n_chunks": n_chunks}))
+    with pytest.raises(ScheduleError, match=f"n_chunks is {n_chunks}, not within 1..65,536"):
+        Schedule.load(path)
+    argv = [sys.executable, "-m", "inaemu.hostlib.collective.worker", "--schedule", str(path)]
+    argv += ["--rank", "0", "--peers", "127.0.0.1:1", "--size", "100"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert f"n_chunks is {n_chunks}, not within 1..65,536" in proc.stderr
+    assert Schedule("ring", ("h1",), MAX_CHUNKS, ()).validate().n_chunks == MAX_CHUNKS

@@ -587,6 +587,30 @@ def test_topo_show_draws_svg_and_png(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "write a .svg, .png, .pdf file" in capsys.readouterr().err
 
 
+def test_topo_show_of_500_nodes_of_no_known_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22, item 13: networkx lays out 500 nodes and more with scipy. Without it, a
+    traceback before; now one line saying what to install (the [draw] extra has it); with it,
+    the picture."""
+    import dataclasses
+    import importlib.util
+
+    from inaemu.cli import main as cli
+
+    topo = fat_tree(12)  # 612 nodes; switches of a role the layers do not know
+    topo.switches = {n: dataclasses.replace(s, role="router") for n, s in topo.switches.items()}
+    topo.save(tmp_path / "big.json")
+    rc = cli.main(["topo", "show", "-t", str(tmp_path / "big.json"), "-o", str(tmp_path / "b.svg")])
+    out = capsys.readouterr()
+    if importlib.util.find_spec("scipy") is None:
+        assert rc == 1 and out.err.count("\n") == 1, out.err
+        assert "612 nodes of no built-in shape" in out.err and "pip install scipy" in out.err
+    else:
+        assert rc == 0, out.err
+        assert (tmp_path / "b.svg").read_text().lstrip().startswith("<?xml")
+
+
 @pytest.mark.parametrize("missing", ["matplotlib.figure", "networkx"])
 def test_topo_show_without_the_drawing_library_says_what_to_install(
     missing: str,

@@ -15,6 +15,7 @@ the records' merge, refusals.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
@@ -147,6 +148,8 @@ def test_bad_command_lines_are_refused(tmp_path: Path, capsys: pytest.CaptureFix
         (["--workers", "1", str(EXAMPLE)], "--workers must be at least 2"),
         (["--bw", "10", str(EXAMPLE)], "--bw and --switch are for --mininet"),
         (["--mininet", "--bw", "0", str(EXAMPLE)], "--bw 0: Mininet shapes 0 < bw <= 1000"),
+        (["--prefix", "x-", str(EXAMPLE)], "--prefix is for --mininet"),
+        (["--mininet", "--prefix", "a/b", str(EXAMPLE)], "--prefix 'a/b': letters, digits"),
     ]:
         assert main(argv) == 2
         err = capsys.readouterr().err
@@ -265,6 +268,26 @@ def test_a_sum_off_its_bound_breaks_the_loss_bound(numerics: ModuleType) -> None
     assert max(s.sum_ratio for s in off) > 1
     assert numerics.first_flip(gloo, off) is None
     assert numerics.parted(gloo, off) is not None
+
+
+def test_a_full_disk_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22, item 13: --out on a full disk. The plot is the largest file and the last,
+    written by PIL through matplotlib: its OSError (ENOSPC) was a traceback."""
+    pytest.importorskip("torch", reason="PyTorch not installed")
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib")
+    from matplotlib.figure import Figure
+
+    def full(self: Figure, path: Any, **_: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    argv = ["--backend", "gloo", "--workers", "2", "--out", str(tmp_path)]
+    assert main([*argv, str(EXAMPLE), "--steps", str(STEPS)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"inaemu train: cannot write {tmp_path}: No space left on device\n"
+    assert (tmp_path / "train.json").exists()  # what was written before it stays
 
 
 @pytest.mark.usefixtures("mininet_ready", "in_root_ns")

@@ -9,9 +9,10 @@ their row (upwards) or column (to the left) by `WRAP_BULGE` of a grid step: betw
 lines and away from the hosts and their labels, whatever the torus's size. Any other topology
 is laid out by networkx's spring layout (seeded, so the same file gives the same picture).
 
-Drawing needs matplotlib and networkx (`pip install 'inaemu[draw]'`); nothing else of
-inaemu does, and `DrawError` says what to install when they are missing. No root, no
-graphviz: matplotlib writes SVG, PNG and PDF itself.
+Drawing needs matplotlib and networkx (`pip install 'inaemu[draw]'`), and scipy for a spring
+layout of 500 nodes or more (in the extra too); nothing else of inaemu does, and `DrawError`
+says what to install when they are missing. No root, no graphviz: matplotlib writes SVG, PNG
+and PDF itself.
 """
 
 from __future__ import annotations
@@ -119,7 +120,15 @@ def positions(topo: Topology) -> dict[str, Position]:
     graph = nx.Graph()
     graph.add_nodes_from([*topo.switches, *topo.hosts])
     graph.add_edges_from((lk.a, lk.b) for lk in topo.links)
-    return {n: (float(x), float(y)) for n, (x, y) in nx.spring_layout(graph, seed=1).items()}
+    try:
+        layout = nx.spring_layout(graph, seed=1)
+    except ImportError as exc:  # networkx lays out 500 nodes and more with scipy's sparse arrays
+        raise DrawError(
+            f"{len(graph)} nodes of no built-in shape are laid out by networkx's spring layout, "
+            f"which needs {exc.name or 'scipy'} from 500 nodes: install it (`pip install scipy`, "
+            "or `pip install 'inaemu[draw]'`)"
+        ) from None
+    return {n: (float(x), float(y)) for n, (x, y) in layout.items()}
 
 
 def _grid_wrap(a: Position, b: Position) -> bool:

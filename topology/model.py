@@ -462,6 +462,21 @@ class Items:
             self.item(item, (*base, self.label(i)))
 
 
+@dataclass(frozen=True)
+class Fields:
+    """A list of exactly one value per field, each checked by its own check and called by its
+    name in messages: a slot pool `[base, size]`."""
+
+    fields: tuple[tuple[str, Check], ...]
+    what: str
+
+    def __call__(self, value: Any, where: Where) -> None:
+        if not isinstance(value, list) or len(value) != len(self.fields):
+            _wrong(where, self.what, value)
+        for (name, check), item in zip(self.fields, value, strict=True):
+            check(item, (*where, name))
+
+
 def _ipv4(text: str) -> bool:
     return bool(_IPV4.match(text)) and all(int(p) <= 255 for p in text.split("."))
 

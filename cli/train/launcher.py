@@ -537,6 +537,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --mininet: the switch nodes (default softswitch)",
     )
     ap.add_argument("--bw", type=float, default=None, help="with --mininet: Mbit/s per link")
+    ap.add_argument(
+        "--prefix",
+        default=None,
+        help="with --mininet: the start of the network's switch interface names (default: "
+        "one no interface here starts with; see inaemu mininet --prefix)",
+    )
     ap.add_argument("--window", type=int, default=64, help="the job's slots per switch (64)")
     ap.add_argument(
         "--timeout",
@@ -562,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options(args: argparse.Namespace) -> TrainOptions:
     """The checked options; ValueError saying what to fix."""
-    from inaemu.mininet.scenario import MAX_BW  # imports no Mininet
+    from inaemu.mininet.scenario import MAX_BW, ScenarioError, check_prefix  # no Mininet
 
     script_args = list(args.args)
     if script_args[:1] == ["--"]:
@@ -582,6 +588,13 @@ def options(args: argparse.Namespace) -> TrainOptions:
         raise ValueError("--timeout and --limit must be positive seconds")
     if not args.mininet and (args.bw is not None or args.switch != "softswitch"):
         raise ValueError("--bw and --switch are for --mininet (embedded links have no bandwidth)")
+    if args.prefix is not None and not args.mininet:
+        raise ValueError("--prefix is for --mininet (the embedded network makes no interfaces)")
+    if args.prefix is not None:
+        try:
+            check_prefix(args.prefix)
+        except ScenarioError as exc:
+            raise ValueError(str(exc)) from None
     if args.bw is not None and not 0 < args.bw <= MAX_BW:
         raise ValueError(f"--bw {args.bw:g}: Mininet shapes 0 < bw <= {MAX_BW:.0f} Mbit/s")
     label = args.topo or f"star:{args.workers or 4}"
@@ -601,6 +614,7 @@ def options(args: argparse.Namespace) -> TrainOptions:
         window=args.window,
         timeout=args.timeout,
         limit=args.limit,
+        prefix=args.prefix,
     )
 
 
@@ -740,6 +754,12 @@ def report(
     say(f"  records: {opts.out / 'train.json'}")
 
 
+def _cannot_write(exc: OSError, out: Path) -> int:
+    where = exc.filename or out
+    print(f"inaemu train: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+    return 1
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -774,10 +794,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninaemu train: interrupted; workers and switches stopped", file=sys.stderr)
         return 130
+    except OSError as exc:  # --out full or gone, say (workers and network stopped on the way)
+        return _cannot_write(exc, opts.out)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    report(runs, summary, opts, print)
+    try:
+        report(runs, summary, opts, print)
+    except OSError as exc:  # train.png: a full disk reaches us from PIL
+        return _cannot_write(exc, opts.out)
     failed = [r for r in runs if not r.ok]
     if failed:
         print(

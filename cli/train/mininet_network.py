@@ -61,7 +61,7 @@ class MininetNetwork:
             self._sc = Scenario(
                 self.topology,
                 run,
-                NetOptions(switch=self.opts.switch, bw=self.opts.bw),
+                NetOptions(switch=self.opts.switch, bw=self.opts.bw, prefix=self.opts.prefix),
                 program=program,
             )
             self._sc.__enter__()

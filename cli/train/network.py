@@ -34,6 +34,7 @@ class TrainOptions:
     window: int
     timeout: float
     limit: float  # seconds one backend's workers may take in all
+    prefix: str | None = None  # with mininet: of the switch interfaces' names; None: chosen
 
 
 def schedule_path(out: Path, backend: Backend) -> Path:

@@ -17,7 +17,7 @@ bit). Conventions, for speed:
   pages on large arrays) and filled here.
 
 Compiled on first use (about a second per kernel and dtype) and cached on disk
-(`cache=True`: in __pycache__ beside this file, or under NUMBA_CACHE_DIR).
+(`cache=True`: in __pycache__ beside this file, or elsewhere: `hostlib/jit.py`).
 """
 
 from __future__ import annotations
@@ -28,15 +28,17 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from inaemu.hostlib.jit import cached_njit
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _jit(fn: F) -> F:
     """numba's njit, typed: a kernel keeps its Python signature for mypy."""
-    return cast(F, njit(cache=True, nogil=True, error_model="numpy")(fn))
+    return cached_njit(fn, nogil=True, error_model="numpy")
 
 
 def _intrinsic(fn: Callable[..., Any]) -> Callable[..., Any]:

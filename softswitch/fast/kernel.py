@@ -22,10 +22,11 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from inaemu.hostlib.jit import cached_njit
 from inaemu.hostlib.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
@@ -68,7 +69,7 @@ _HASH_SHIFT = 29
 i64 = cast(Callable[[Any], int], np.int64)
 
 F = TypeVar("F", bound=Callable[..., Any])
-_JIT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}  # _nrt: see jit()
+_JIT: dict[str, Any] = {"nogil": True, "_nrt": False}  # cached: hostlib/jit.py  # _nrt: see jit()
 
 
 def jit(fn: F) -> F:
@@ -76,13 +77,13 @@ def jit(fn: F) -> F:
     reference counting (`_nrt=False`): nothing here allocates, and counting the references of
     every array a helper takes costs two atomic calls per array and call, which made a hash
     look-up 20 times slower."""
-    return cast(F, njit(**_JIT)(fn))
+    return cached_njit(fn, **_JIT)
 
 
 def inline(fn: F) -> F:
     """A helper of the kernel, inlined into it by numba (called, it would take the constants
     as 50 arguments)."""
-    return cast(F, njit(**_JIT, inline="always")(fn))
+    return cached_njit(fn, **_JIT, inline="always")
 
 
 class Constants(NamedTuple):
