@@ -15,8 +15,8 @@ import platform
 import numpy as np
 
 from inaemu.cli.demo import DemoOptions, run_demo
-from inaemu.hostlib import args as arg
-from inaemu.hostlib.wire import MAX_FANIN
+from inaemu.common import args as arg
+from inaemu.common.wire import MAX_FANIN
 
 
 def main() -> None:

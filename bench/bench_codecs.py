@@ -36,7 +36,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
+from inaemu.common.wire import Opcode
 from inaemu.hostlib.codecs import (
     FixedPointCodec,
     HomomorphicCodec,
@@ -48,7 +49,6 @@ from inaemu.hostlib.codecs import (
     simulate_allreduce,
 )
 from inaemu.hostlib.codecs._util import Impl
-from inaemu.hostlib.wire import Opcode
 
 N_WORKERS = 8
 SEED = 20240211

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND
 from inaemu.hostlib.collective.executor import (
     InceptionnCodec,

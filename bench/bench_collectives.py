@@ -178,7 +178,7 @@ def parse_size(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from inaemu.hostlib import args as arg
+    from inaemu.common import args as arg
     from inaemu.mininet.scenario import MAX_BW
 
     ap = arg.ArgumentParser(description=__doc__.splitlines()[0])

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from proc_cpu import CpuSampler
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "train_ddp.py"

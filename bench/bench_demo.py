@@ -28,8 +28,8 @@ import numpy as np
 from proc_cpu import CpuSampler
 
 from inaemu.cli.demo import DemoOptions, run_demo
-from inaemu.hostlib import args as arg
-from inaemu.hostlib.wire import MAX_FANIN
+from inaemu.common import args as arg
+from inaemu.common.wire import MAX_FANIN
 
 PLANES = ("fast", "reference")
 BUSY = 0.8  # a share of the allreduce's wall time that counts as "busy"

@@ -69,8 +69,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # tests.netns: the namespaces and switch launchers
     sys.path.insert(0, str(ROOT))
 
-from inaemu.hostlib import args as arg  # noqa: E402
-from inaemu.hostlib.wire import (  # noqa: E402
+from inaemu.common import args as arg  # noqa: E402
+from inaemu.common.wire import (  # noqa: E402
     MAX_RUN,
     RUN_SHIFT,
     SEQ_CHUNK_MASK,

@@ -53,8 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from inaemu.hostlib import args as arg  # noqa: E402
-from inaemu.hostlib.wire import FRAME_BYTES, K  # noqa: E402
+from inaemu.common import args as arg  # noqa: E402
+from inaemu.common.wire import FRAME_BYTES, K  # noqa: E402
 from inaemu.mininet.accounting import (  # noqa: E402
     BW_CHECKS,
     Capacity,

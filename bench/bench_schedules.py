@@ -15,7 +15,7 @@ import time
 from inaemu.collectives.algorithms import ALGORITHMS
 from inaemu.collectives.check import check
 from inaemu.collectives.schedule import Schedule, ScheduleError
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.topology.builders import from_spec
 from inaemu.topology.routes import FlowRoutes
 

@@ -36,13 +36,9 @@ from multiprocessing.synchronize import Event as MpEvent
 import numpy as np
 
 from inaemu.cli.demo_worker import DemoOptions
-from inaemu.controller.star import Worker, star_job_plan
-from inaemu.hostlib import args as arg
-from inaemu.hostlib import client as ina_client
-from inaemu.hostlib.batch_io import IoCounts
-from inaemu.hostlib.client import InaClient
-from inaemu.hostlib.transport import LoopbackWireTransport
-from inaemu.hostlib.wire import (
+from inaemu.common import args as arg
+from inaemu.common.batch_io import IoCounts
+from inaemu.common.wire import (
     INA_OFFSET,
     MAX_FANIN,
     Endpoint,
@@ -54,6 +50,10 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     slot_field,
 )
+from inaemu.controller.star import Worker, star_job_plan
+from inaemu.hostlib import client as ina_client
+from inaemu.hostlib.client import InaClient
+from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.batch import BATCH_FRAMES, DataPlane, FrameBatch
 from inaemu.softswitch.fast.dataplanes import make_pipeline, warm_up

@@ -415,7 +415,7 @@ def ina_frames(codec: str, inputs: Sequence[Any]) -> list[int]:
 
 def ina_prediction(frames: Sequence[int], bw_mbit: float, model: Model) -> float:
     """Every phase alpha plus its frames (312 bytes each) at `bw_mbit` on the host link."""
-    from inaemu.hostlib.wire import FRAME_BYTES
+    from inaemu.common.wire import FRAME_BYTES
 
     return sum(model.alpha + f * FRAME_BYTES * 8 / (bw_mbit * 1e6) for f in frames)
 
@@ -1360,7 +1360,7 @@ def from_json(path: Path) -> Measured:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from inaemu.hostlib import args as arg
+    from inaemu.common import args as arg
 
     ap = arg.ArgumentParser(prog="bench/papers.py", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one repeat, small sizes, few points")

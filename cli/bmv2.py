@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from inaemu.common import args as arg
 from inaemu.controller import bmv2
-from inaemu.hostlib import args as arg
 from inaemu.p4.tools import missing_tools
 from inaemu.topology.model import Topology, TopologyError
 

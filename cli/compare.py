@@ -74,12 +74,12 @@ from inaemu.cli.demo import (
 from inaemu.cli.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
 from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule, ScheduleError
+from inaemu.common import args as arg
+from inaemu.common.wire import MAX_RUN
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
-from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.hostlib.wire import MAX_RUN
 from inaemu.mininet.accounting import (
     DROPS_REPORTED_WITHIN,
     RULE,

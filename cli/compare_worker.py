@@ -128,10 +128,10 @@ def _run(
             st.bytes_sent,
         )
     from inaemu.collectives.schedule import Schedule
+    from inaemu.common.wire import Endpoint
     from inaemu.hostlib.collective.executor import ScheduleClient
     from inaemu.hostlib.collective.peers import PeerError
     from inaemu.hostlib.collective.wire_peers import on_host_wire
-    from inaemu.hostlib.wire import Endpoint
 
     assert task.schedule is not None and seat.host is not None
     sched = Schedule.from_json(task.schedule, source=f"{task.algo} schedule")

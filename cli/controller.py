@@ -14,9 +14,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from inaemu.common import args as arg
 from inaemu.controller import api
 from inaemu.controller.jobs import JobSpec
-from inaemu.hostlib import args as arg
 
 
 def files(args: argparse.Namespace) -> api.NetworkFiles:

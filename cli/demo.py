@@ -17,7 +17,7 @@ each, the switches under it, and the most trees any link carries.
 
 Ctrl-C, SIGTERM, SIGHUP or any failure stops the workers and the switches and exits non-zero.
 A demo killed with SIGKILL cannot stop them: they stop themselves when it ends
-(`hostlib.lifeline`: the switches are started with `--parent-pid`, the workers call
+(`common.lifeline`: the switches are started with `--parent-pid`, the workers call
 `die_with_parent`).
 """
 
@@ -53,13 +53,13 @@ from inaemu.cli.demo_worker import (
     run_worker,
 )
 from inaemu.cli.demo_worker import WorkerResult as WorkerResult
+from inaemu.common import args as arg
+from inaemu.common.loopback import WireDir
+from inaemu.common.wire import FRAME_BYTES, MAX_RUN, K
 from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
 from inaemu.controller.trees import parents
-from inaemu.hostlib import args as arg
-from inaemu.hostlib.loopback import WireDir
-from inaemu.hostlib.wire import FRAME_BYTES, MAX_RUN, K
 from inaemu.softswitch.fast.dataplanes import warm_up
 from inaemu.topology.builders import describe_roles, star
 from inaemu.topology.model import Topology

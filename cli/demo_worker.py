@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.cli.demo_options import DemoOptions as DemoOptions
-from inaemu.hostlib.lifeline import die_with_parent
+from inaemu.common.lifeline import die_with_parent
 from inaemu.hostlib.worker import digest, worker_input
 
 if TYPE_CHECKING:
@@ -113,9 +113,9 @@ def ina_client(
     on_progress: Callable[[int], None] | None = None,
 ) -> InaClient:
     """The INA client of the worker `rank` at `seat`, on its loopback wire in `opts.wire_dir`."""
+    from inaemu.common.wire import Endpoint
     from inaemu.hostlib.client import InaClient
     from inaemu.hostlib.transport import LoopbackWireTransport
-    from inaemu.hostlib.wire import Endpoint
 
     transport = LoopbackWireTransport(
         seat.port,

@@ -26,7 +26,7 @@ turns every expected failure into one line, `inaemu CMD: ...`, and a non-zero ex
     inaemu train --example FILE        # writes the example training script (train_ddp.py)
 
 With INAEMU_PARSE_ONLY=1 every command checks its arguments and the files they name, says so
-in one line and stops before it does anything (`hostlib/args.py`, `parse_only`).
+in one line and stops before it does anything (`common/args.py`, `parse_only`).
 
 `demo` (and its comparison, `--algo`): `demo.py`, `compare.py`; `softswitch`, `conformance`,
 `mininet`: the softswitch's, conformance's and Mininet's own command lines; `topo`: `topo.py`;
@@ -49,11 +49,11 @@ from inaemu.cli.demo_options import (
     demo_topology,
     parse_algos,
 )
+from inaemu.common import args as arg
 from inaemu.controller import api
 from inaemu.controller.bmv2 import Bmv2Error
 from inaemu.controller.jobs import JobError
 from inaemu.controller.p4rt import ControllerError
-from inaemu.hostlib import args as arg
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
 from inaemu.mininet.footprint import OVERRIDE, check_fits, demo_parts
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE

@@ -20,7 +20,7 @@ from pathlib import Path
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import LinkModel, check, render_table, table_row
 from inaemu.collectives.schedule import ScheduleError
-from inaemu.hostlib.args import ArgumentParser, ParseOnly, checks_done, parse_only
+from inaemu.common.args import ArgumentParser, ParseOnly, checks_done, parse_only
 from inaemu.topology.builders import describe_roles, load_or_build
 from inaemu.topology.model import TopologyError
 from inaemu.topology.routes import NODE_PORTS, FlowRoutes

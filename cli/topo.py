@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.topology.builders import (
     SPEC_FORMS,
     assign_devices,

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.conformance.stf import END_LINE
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_VERSION,
     INT32_MAX,
     INT32_MIN,
@@ -33,6 +32,7 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     slot_field,
 )
+from inaemu.conformance.stf import END_LINE
 from inaemu.p4.constants import DropReason, Event
 
 HERE = Path(__file__).resolve().parent / "cases"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from inaemu.common.wire import Endpoint, Flag, K, seq_field
 from inaemu.conformance.case_builder import (
     AGG2,
     DROPS,
@@ -31,7 +32,6 @@ from inaemu.conformance.case_builder import (
 )
 from inaemu.conformance.network import NETWORK_SUFFIX
 from inaemu.conformance.stf import END_LINE
-from inaemu.hostlib.wire import Endpoint, Flag, K, seq_field
 from inaemu.p4.constants import DropReason, Event
 
 LEAVES = ("leaf1", "leaf2")

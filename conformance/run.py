@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from inaemu.common.args import ArgumentParser, parse_only, parse_only_requested
 from inaemu.conformance.bmv2_network import Bmv2NetworkRunner
 from inaemu.conformance.bmv2_target import Bmv2Runner, bmv2_available
 from inaemu.conformance.nanomsg import library
 from inaemu.conformance.network import NETWORK_SUFFIX, NetworkCase, load_network, run_network
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import CaseResult, StfCase, StfError, load_stf, run_case
-from inaemu.hostlib.args import ArgumentParser, parse_only, parse_only_requested
 from inaemu.p4.build import compile_p4
 from inaemu.softswitch.fast.dataplanes import (
     DATAPLANES,

@@ -7,6 +7,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from inaemu.common.wire import (
+    INT32_MAX,
+    INT32_MIN,
+    Endpoint,
+    Flag,
+    K,
+    Opcode,
+    seq_field,
+)
 from inaemu.conformance.case_builder import (
     AGG2,
     SWITCH,
@@ -17,15 +26,6 @@ from inaemu.conformance.case_builder import (
     result_to,
     star,
     sum_sat,
-)
-from inaemu.hostlib.wire import (
-    INT32_MAX,
-    INT32_MIN,
-    Endpoint,
-    Flag,
-    K,
-    Opcode,
-    seq_field,
 )
 from inaemu.p4.constants import DropReason, Event
 
@@ -613,7 +613,7 @@ def ipv4_frame(
 ) -> bytes:
     import struct
 
-    from inaemu.hostlib.wire import ipv4_checksum
+    from inaemu.common.wire import ipv4_checksum
     from inaemu.topology.addresses import ip_int as ipi
     from inaemu.topology.addresses import mac_bytes
 

@@ -12,7 +12,7 @@ a switch's pipeline; every other operation that connects checks that each switch
 ina.p4 and stops with what to run if not.
 
 Failures are exceptions whose message says what to fix (`FAILURES`, `explain`). With
-`INAEMU_PARSE_ONLY=1` (`hostlib/args.py`) an operation makes every check and raises
+`INAEMU_PARSE_ONLY=1` (`common/args.py`) an operation makes every check and raises
 `ParseOnly` where it would first touch a switch or write the job state.
 """
 
@@ -26,6 +26,7 @@ from typing import TypeVar
 
 import finsy as fy
 
+from inaemu.common.args import checks_done
 from inaemu.controller.jobs import JobError, JobRecord, JobSpec, Placement
 from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
 from inaemu.controller.state import (
@@ -36,7 +37,6 @@ from inaemu.controller.state import (
     state_locked,
 )
 from inaemu.controller.stats import StatsReport
-from inaemu.hostlib.args import checks_done
 from inaemu.p4.plan import loss_threshold
 from inaemu.topology.model import Topology, TopologyError
 

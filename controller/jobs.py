@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from inaemu.common.wire import MAX_RUN
 from inaemu.controller.trees import (
     DirectedLink,
     TreeError,
@@ -35,7 +36,6 @@ from inaemu.controller.trees import (
 )
 from inaemu.controller.trees import TreeNode as TreeNode  # re-exported: plans name it
 from inaemu.controller.trees import choose_roots as choose_roots
-from inaemu.hostlib.wire import MAX_RUN
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.p4.plan import (
     CHILD_TABLE,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inaemu.common.wire import MAX_FANIN
 from inaemu.controller.jobs import TreeNode, add_tree_node, host_rewrite
-from inaemu.hostlib.wire import MAX_FANIN
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.p4.plan import SwitchPlan
 from inaemu.topology.model import Switch

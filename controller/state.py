@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inaemu.common.args import MAX_TREES, MAX_WORKERS
+from inaemu.common.wire import MAX_RUN, SLOT_INDEX_MASK
 from inaemu.controller.jobs import (
     MAX_EPOCH,
     MAX_MGID,
@@ -29,8 +31,6 @@ from inaemu.controller.jobs import (
     next_epoch,
 )
 from inaemu.controller.p4rt import ControllerError
-from inaemu.hostlib.args import MAX_TREES, MAX_WORKERS
-from inaemu.hostlib.wire import MAX_RUN, SLOT_INDEX_MASK
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.topology.model import (
     Fields,

@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inaemu.hostlib.wire import MAX_FANIN
+from inaemu.common.wire import MAX_FANIN
 from inaemu.topology.model import Topology, TopologyError
 
 PortEnd = tuple[str, int]  # (switch, port)

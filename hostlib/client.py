@@ -62,11 +62,7 @@ from typing import NoReturn, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib import kernels
-from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, phase_steps
-from inaemu.hostlib.congestion import CongestionWindow, RttEstimator
-from inaemu.hostlib.transport import FramedTransport, Transport, framed
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     FRAME_BYTES,
     INA_BYTES,
     INA_DTYPE,
@@ -83,6 +79,10 @@ from inaemu.hostlib.wire import (
     Opcode,
     pack_payloads,
 )
+from inaemu.hostlib import kernels
+from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, phase_steps
+from inaemu.hostlib.congestion import CongestionWindow, RttEstimator
+from inaemu.hostlib.transport import FramedTransport, Transport, framed
 
 BoolArray = npt.NDArray[np.bool_]
 

@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common.wire import MAX_RUN
 from inaemu.hostlib.launch import Launch, LaunchError
-from inaemu.hostlib.wire import MAX_RUN
 
 if TYPE_CHECKING:
     from inaemu.hostlib.client import InaClient
@@ -288,9 +288,9 @@ def from_environment(environ: dict[str, str] | None = None) -> LaunchedWorker:
 
 
 def _ina_client(launch: Launch) -> "InaClient":
+    from inaemu.common.wire import Endpoint
     from inaemu.hostlib.client import InaClient
     from inaemu.hostlib.transport import LoopbackWireTransport, Transport, UdpTransport
-    from inaemu.hostlib.wire import Endpoint
 
     transport: Transport
     if launch.wire_dir:
@@ -322,12 +322,12 @@ def _schedule_client(launch: Launch) -> "ScheduleClient":
     from pathlib import Path
 
     from inaemu.collectives.schedule import Schedule
+    from inaemu.common.wire import Endpoint
     from inaemu.hostlib.collective.executor import ScheduleClient
     from inaemu.hostlib.collective.peers import PeerChannel, parse_peers
     from inaemu.hostlib.collective.tcp_peers import TcpPeers
     from inaemu.hostlib.collective.wire_peers import on_host_wire
     from inaemu.hostlib.collective.worker import default_token
-    from inaemu.hostlib.wire import Endpoint
 
     schedule = Schedule.load(Path(launch.schedule))
     channel: PeerChannel

@@ -18,7 +18,7 @@ Records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets
 that dtype. No fastmath: the RTT recursion must round as Python's floats do.
 
 Compiled on first use (about a second each) and cached on disk (`cache=True`: in __pycache__
-beside this file, or elsewhere: `hostlib/jit.py`); `warm_up` loads them all.
+beside this file, or elsewhere: `common/jit.py`); `warm_up` loads them all.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from inaemu.hostlib.jit import cached_njit
-from inaemu.hostlib.wire import (
+from inaemu.common.jit import cached_njit
+from inaemu.common.wire import (
     ETHERTYPE_IPV4,
     FRAME_BYTES,
     INA_BYTES,

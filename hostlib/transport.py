@@ -1,10 +1,10 @@
 """Transports: how a worker's INA payloads reach the switch and results come back.
 
-All transports carry INA payloads (header + K lanes, `hostlib.wire.INA_DTYPE` records); they
+All transports carry INA payloads (header + K lanes, `common.wire.INA_DTYPE` records); they
 differ in what wraps them:
 
 - `LoopbackWireTransport`: whole Ethernet frames over a softswitch loopback wire, the host
-  end `s1.p.host` of switch port p in the switch's wire dir (`hostlib.loopback`: an AF_UNIX
+  end `s1.p.host` of switch port p in the switch's wire dir (`common.loopback`: an AF_UNIX
   stream connection between ends in a private directory; the softswitch prints it as
   `wire_dir=` on its READY line). No root, no UDP ports; only the switch port can send to it.
 - `UdpTransport`: a kernel UDP socket (Mininet hosts, real NICs): the kernel adds
@@ -27,9 +27,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib import kernels
-from inaemu.hostlib.batch_io import IoCounts, Mmsg, sockaddr_in
-from inaemu.hostlib.loopback import (
+from inaemu.common.batch_io import IoCounts, Mmsg, sockaddr_in
+from inaemu.common.loopback import (
     FEW,
     READ_BYTES,
     RECORD_HEADER,
@@ -38,7 +37,7 @@ from inaemu.hostlib.loopback import (
     host_end,
     port_end,
 )
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     ETHERTYPE_IPV4,
     FRAME_BYTES,
     INA_BYTES,
@@ -49,6 +48,7 @@ from inaemu.hostlib.wire import (
     Endpoint,
     FrameTemplate,
 )
+from inaemu.hostlib import kernels
 
 RECV_BATCH = 256  # datagrams one UDP receive takes at most
 UDP_SLOT = 512  # bytes of a receive slot (an INA payload is 270)
@@ -133,7 +133,7 @@ class LoopbackWireTransport(WireEnd):
 
     The end connects to the switch port as soon as that exists (at once when the switch
     runs, else on a later send or receive, and again after the switch restarted); nothing
-    else can reach it (`hostlib.loopback`). A send builds the frames of the whole batch with
+    else can reach it (`common.loopback`). A send builds the frames of the whole batch with
     numpy and hands them to the kernel in one call; it never waits: what the switch has no
     room for, or a send while the switch is absent, is lost as on a wire (`tx_dropped`; the
     client retransmits). A receive takes every frame that has arrived in one call.
@@ -257,7 +257,7 @@ class UdpTransport:
 
     A send hands the whole batch to the kernel with `sendmmsg` (as many datagrams per call as
     it takes; a full socket buffer is waited out), a receive takes up to RECV_BATCH datagrams
-    with one `recvmmsg` (`hostlib.batch_io`)."""
+    with one `recvmmsg` (`common.batch_io`)."""
 
     def __init__(self, local_ip: str, switch_ip: str, *, port: int = INA_UDP_PORT) -> None:
         self.peer = (switch_ip, port)

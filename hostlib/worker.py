@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError, warm_up
 from inaemu.hostlib.codecs import CODECS, make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce

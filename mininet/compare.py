@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
 from inaemu.mininet import marks
 from inaemu.mininet.accounting import (

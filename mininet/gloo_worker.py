@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.hostlib.worker import digest, worker_input
 
 CODECS = ("int32", "plain")

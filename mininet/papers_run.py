@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
 from inaemu.mininet.algo_run import Truth, natural, row_of, run_algorithm

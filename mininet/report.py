@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from inaemu.hostlib.wire import FRAME_BYTES, K
+from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.mininet.accounting import (
     Usage,
 )

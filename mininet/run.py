@@ -53,8 +53,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from inaemu.hostlib import args as arg
-from inaemu.hostlib.wire import K
+from inaemu.common import args as arg
+from inaemu.common.wire import K
 from inaemu.mininet import debian
 from inaemu.mininet.accounting import (
     BW_CHECKS,

@@ -5,7 +5,7 @@
     python -m inaemu.softswitch --name s2 --grpc 127.0.0.1:0 --wire-dir /tmp/w --link 1=s1.3
     python -m inaemu.softswitch --iface 1=s1-eth1 --iface 2=s1-eth2   # Mininet veths (root)
 
-Loopback wires (`hostlib.loopback`) are AF_UNIX stream connections between ends in a private
+Loopback wires (`common.loopback`) are AF_UNIX stream connections between ends in a private
 wire dir: a new one from mkdtemp, removed at exit, unless `--wire-dir` names one (made 0700 if
 missing; it must be private). `--wires` gives port p the end NAME.p wired to the host end
 NAME.p.host; `--link P=END` wires port P to END, e.g. another switch's port (s2.1) that links
@@ -23,7 +23,7 @@ stdout, for scripts to wait on, saying which data plane runs and how it got read
 
 SIGINT / SIGTERM stop it cleanly. A taken address or wire end is reported in one line with
 what to change. `--parent-pid PID` (what `inaemu demo` passes) stops it the same way when
-process PID, its parent, ends, even killed with SIGKILL (`hostlib.lifeline`).
+process PID, its parent, ends, even killed with SIGKILL (`common.lifeline`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import signal
 import sys
 import threading
 
-from inaemu.hostlib import args as arg
-from inaemu.hostlib.lifeline import die_with_parent
+from inaemu.common import args as arg
+from inaemu.common.lifeline import die_with_parent
 from inaemu.softswitch.fast.dataplanes import (
     DATAPLANES,
     DEFAULT_DATAPLANE,

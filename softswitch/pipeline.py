@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
     INA_HEADER_BYTES,

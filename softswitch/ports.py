@@ -1,6 +1,6 @@
 """The softswitch's port layer: where frames enter and leave the pipeline.
 
-- `LoopbackWire`: a port is one end of a loopback wire (`hostlib.loopback`): an AF_UNIX
+- `LoopbackWire`: a port is one end of a loopback wire (`common.loopback`): an AF_UNIX
   socket bound to `WIRE_DIR/SWITCH.PORT` in a private directory, joined to its peer's end (a
   host's `LoopbackWireTransport`, or another switch's port) by one stream connection that
   carries whole Ethernet frames as length-prefixed records, many per system call. No root, no
@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.batch_io import IoCounts, Mmsg
-from inaemu.hostlib.loopback import (
+from inaemu.common.batch_io import IoCounts, Mmsg
+from inaemu.common.loopback import (
     ENDED,
     FULL,
     READ_BYTES,
@@ -94,7 +94,7 @@ def append_frames(
 
 
 class LoopbackWire(WireEnd):
-    """One switch port as one end of a loopback wire (`hostlib.loopback`).
+    """One switch port as one end of a loopback wire (`common.loopback`).
 
     A passive port (its peer's name sorts after its own: a host end, or the other switch's
     port of a link) listens and takes its peer's connection whenever it comes, a restarted
@@ -273,7 +273,7 @@ class AfPacketPort:
     status words and writes them back with plain loads and stores, which x86's memory order
     makes safe (the kernel publishes a slot after its frame, with a barrier).
 
-    Send: `sendmmsg` (ctypes, `hostlib.batch_io`): a batch's frames for this port in one call
+    Send: `sendmmsg` (ctypes, `common.batch_io`): a batch's frames for this port in one call
     from the batch's own buffer; a frame the interface refuses (a full queue, longer than
     its MTU) is dropped and counted in `tx_dropped`, and the rest go on. The socket ignores its
     own transmissions (`PACKET_IGNORE_OUTGOING`), which ETH_P_ALL would otherwise read back.

@@ -9,7 +9,7 @@
 
 Loopback wires live in `sw.wire_dir`: a private directory made on first use (removed by
 `stop()`), or the one given as `SoftSwitch(wire_dir=...)`; switches linked to each other
-share one (see `hostlib.loopback`). `rx_foreign` counts frames dropped because they did
+share one (see `common.loopback`). `rx_foreign` counts frames dropped because they did
 not come from a port's peer, `tx_dropped` frames a port could not deliver.
 
 One thread runs the data plane. It waits until ports have something to do, reads every
@@ -38,8 +38,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from inaemu.hostlib.batch_io import IoCounts
-from inaemu.hostlib.loopback import READ_BYTES
+from inaemu.common.batch_io import IoCounts
+from inaemu.common.loopback import READ_BYTES
 from inaemu.softswitch.batch import BATCH_FRAMES, DataPlane, FrameBatch
 from inaemu.softswitch.fast.dataplanes import make_pipeline
 from inaemu.softswitch.pipeline import Pipeline

@@ -17,8 +17,7 @@ import time
 
 import numpy as np
 
-from inaemu.controller.star import Worker, star_job_plan
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     FRAME_BYTES,
     Endpoint,
     Flag,
@@ -29,6 +28,7 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     parse_frames,
 )
+from inaemu.controller.star import Worker, star_job_plan
 from inaemu.softswitch.batch import FrameBatch
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.softswitch.ports import AfPacketPort

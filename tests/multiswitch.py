@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     FRAME_BYTES,
     INA_BYTES,
     INA_DTYPE,

@@ -7,14 +7,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inaemu.controller.star import star_job_plan
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     Endpoint,
     FrameTemplate,
     pack_frames,
     pack_payloads,
     slot_field,
 )
+from inaemu.controller.star import star_job_plan
 from inaemu.softswitch.batch import FrameBatch
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.plan import apply_to_pipeline

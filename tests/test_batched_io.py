@@ -12,9 +12,9 @@ import time
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common.wire import INA_OFFSET, K, Opcode, pack_payloads
 from inaemu.hostlib.collective.tcp_peers import TcpPeers
 from inaemu.hostlib.transport import LoopbackWireTransport, UdpTransport
-from inaemu.hostlib.wire import INA_OFFSET, K, Opcode, pack_payloads
 from inaemu.softswitch.batch import FrameBatch
 from inaemu.softswitch.switch import SoftSwitch
 from tests.test_collective_exec import close_all, listeners, tcp_mesh

@@ -23,11 +23,11 @@ from inaemu.cli import demo
 from inaemu.cli import main as cli
 from inaemu.cli import schedule as schedule_cli
 from inaemu.collectives import ring
+from inaemu.common.loopback import WireDir, WireError
 from inaemu.controller import p4rt
 from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.hostlib import worker as ina_worker
 from inaemu.hostlib.collective import worker as rank_worker
-from inaemu.hostlib.loopback import WireDir, WireError
 from inaemu.mininet import debian, gloo_worker
 from inaemu.mininet import run as mininet_run
 from inaemu.p4.plan import MIN_LOSS, loss_threshold
@@ -678,7 +678,7 @@ def test_demo_exit_status_needs_exact_and_bounded(
 
 # ---------------------------------------------------------------------- argument values
 #
-# Every option a user types is checked by a shared type (`inaemu.hostlib.args`) before
+# Every option a user types is checked by a shared type (`inaemu.common.args`) before
 # anything is created, bound or started: a usage error is one line `<prog>: ...` on stderr
 # and exit status 2. The programs run in this process; what would start, bind or compute on
 # a value that slipped through is replaced by a tripwire, so a case that is not refused

@@ -10,9 +10,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from inaemu.common.wire import K, Opcode
 from inaemu.hostlib.client import InaClient, InaTimeoutError
 from inaemu.hostlib.transport import LoopbackWireTransport
-from inaemu.hostlib.wire import K, Opcode
 from inaemu.p4.constants import DropReason
 from tests.helpers import accounted, install_star, run_threads, running_switch, workers
 
@@ -246,8 +246,8 @@ def test_codecs_through_the_switch_match_the_reference_bit_for_bit(codec_name: s
 def test_kernel_udp_transport_carries_payload_records() -> None:
     """UdpTransport (Mininet hosts, real NICs): INA payloads as plain UDP datagrams on the INA
     port, batched both ways; here between two loopback addresses."""
+    from inaemu.common.wire import pack_payloads
     from inaemu.hostlib.transport import UdpTransport
-    from inaemu.hostlib.wire import pack_payloads
 
     a = UdpTransport("127.0.0.2", "127.0.0.3")
     b = UdpTransport("127.0.0.3", "127.0.0.2")

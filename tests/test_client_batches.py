@@ -11,8 +11,8 @@ import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inaemu.common.wire import INA_DTYPE, INA_VERSION, Flag, K, pack_payloads
 from inaemu.hostlib.client import InaClient, _Exchange
-from inaemu.hostlib.wire import INA_DTYPE, INA_VERSION, Flag, K, pack_payloads
 
 WINDOW = 16
 

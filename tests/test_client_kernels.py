@@ -13,11 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inaemu.hostlib import kernels
-from inaemu.hostlib.client import InaClient, InaRunError, _Exchange
-from inaemu.hostlib.loopback import RECORD_HEADER, WireDir, split_records
-from inaemu.hostlib.transport import LoopbackWireTransport, framed, ina_payloads
-from inaemu.hostlib.wire import (
+from inaemu.common.loopback import RECORD_HEADER, WireDir, split_records
+from inaemu.common.wire import (
     FRAME_BYTES,
     INA_BYTES,
     INA_DTYPE,
@@ -28,6 +25,9 @@ from inaemu.hostlib.wire import (
     Opcode,
     pack_frames,
 )
+from inaemu.hostlib import kernels
+from inaemu.hostlib.client import InaClient, InaRunError, _Exchange
+from inaemu.hostlib.transport import LoopbackWireTransport, framed, ina_payloads
 from tests.test_client_batches import WINDOW, Nowhere, exchange, results, state
 from tests.test_congestion import SimSwitch, sim_client
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inaemu.common.wire import FRAME_BYTES, INT32_MAX, K, Opcode
 from inaemu.hostlib.codecs import (
     CODECS,
     FixedPointCodec,
@@ -29,7 +30,6 @@ from inaemu.hostlib.codecs import (
     worst_case_error,
 )
 from inaemu.hostlib.codecs import fixedpoint as fp
-from inaemu.hostlib.wire import FRAME_BYTES, INT32_MAX, K, Opcode
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FLOAT_DTYPES = [np.float32, np.float64]

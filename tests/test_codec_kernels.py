@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inaemu.common.wire import INT32_MAX, Opcode
 from inaemu.hostlib.codecs import (
     FixedPointCodec,
     HomomorphicCodec,
@@ -26,7 +27,6 @@ from inaemu.hostlib.codecs import (
 from inaemu.hostlib.codecs import fixedpoint as fp
 from inaemu.hostlib.codecs import sketch as sk
 from inaemu.hostlib.codecs._util import ScratchPool
-from inaemu.hostlib.wire import INT32_MAX, Opcode
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FLOATS = [np.float32, np.float64]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from inaemu.common.wire import INT32_MAX, Opcode
 from inaemu.hostlib.codecs import (
     FixedPointCodec,
     PeelingFailed,
@@ -23,7 +24,6 @@ from inaemu.hostlib.codecs import (
 )
 from inaemu.hostlib.codecs import fixedpoint as fp
 from inaemu.hostlib.codecs import sketch as sk
-from inaemu.hostlib.wire import INT32_MAX, Opcode
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

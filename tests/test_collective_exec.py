@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from inaemu.collectives.ps import ps_steps
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer, chunk_bounds
+from inaemu.common.wire import INT32_MAX, Opcode
 from inaemu.hostlib.codecs import FixedPointCodec, make_codec, simulate_allreduce
 from inaemu.hostlib.collective import worker as collective_worker
 from inaemu.hostlib.collective.executor import (
@@ -38,7 +39,6 @@ from inaemu.hostlib.collective.executor import (
 )
 from inaemu.hostlib.collective.peers import MemoryMesh, PeerChannel, PeerError, parse_peers
 from inaemu.hostlib.collective.tcp_peers import TcpPeers
-from inaemu.hostlib.wire import INT32_MAX, Opcode
 from inaemu.hostlib.worker import digest, worker_input
 
 if TYPE_CHECKING:

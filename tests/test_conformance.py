@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inaemu.cli import main as cli
+from inaemu.common.wire import Flag
 from inaemu.conformance.bmv2_network import Bmv2NetworkRunner
 from inaemu.conformance.bmv2_target import Bmv2Runner, bmv2_available, parse_counter_reads
 from inaemu.conformance.nanomsg import NanomsgError
@@ -29,7 +30,6 @@ from inaemu.conformance.network_cases import (
 from inaemu.conformance.run import CASES_DIR, Row, find_cases, load_case, main, run, run_softswitch
 from inaemu.conformance.softswitch_target import SoftswitchTarget
 from inaemu.conformance.stf import StfError, load_stf, parse_stf
-from inaemu.hostlib.wire import Flag
 from inaemu.p4 import tools
 from inaemu.p4.build import compile_p4
 from inaemu.p4.tools import PREFIX_ENV, find_tool

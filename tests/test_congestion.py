@@ -23,9 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inaemu.hostlib.client as client_mod
-from inaemu.hostlib.client import ClientStats, InaClient, InaTimeoutError, _Exchange
-from inaemu.hostlib.congestion import CongestionWindow, RttEstimator
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_DTYPE,
     INA_VERSION,
     RUN_SHIFT,
@@ -35,6 +33,8 @@ from inaemu.hostlib.wire import (
     Flag,
     K,
 )
+from inaemu.hostlib.client import ClientStats, InaClient, InaTimeoutError, _Exchange
+from inaemu.hostlib.congestion import CongestionWindow, RttEstimator
 
 # ---------------------------------------------------------------------- the RTT estimator
 

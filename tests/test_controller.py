@@ -15,9 +15,7 @@ import numpy.typing as npt
 import pytest
 from finsy.proto import p4r
 
-from inaemu.controller.jobs import JobError, JobSpec
-from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_OFFSET,
     Endpoint,
     Flag,
@@ -30,6 +28,8 @@ from inaemu.hostlib.wire import (
     parse_frames,
     slot_field,
 )
+from inaemu.controller.jobs import JobError, JobSpec
+from inaemu.controller.p4rt import Controller, ControllerError, PipelineFiles
 from inaemu.p4.constants import P4INFO_PATH, DropReason
 from inaemu.p4.plan import CHILD_TABLE
 from inaemu.softswitch.fabric import Fabric

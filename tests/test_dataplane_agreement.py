@@ -30,7 +30,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     ETHERTYPE_IPV4,
     INA_UDP_PORT,
     INA_VERSION,

@@ -49,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from inaemu.hostlib.args import PARSE_ONLY_ENV
+from inaemu.common.args import PARSE_ONLY_ENV
 from inaemu.p4.tools import P4C, find_tool
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,8 +22,7 @@ import numpy as np
 import pytest
 from finsy.p4entity import P4Entity
 
-from inaemu.controller.star import star_job_plan
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     Endpoint,
     FrameTemplate,
     K,
@@ -33,6 +32,7 @@ from inaemu.hostlib.wire import (
     parse_frames,
     slot_field,
 )
+from inaemu.controller.star import star_job_plan
 from inaemu.p4.constants import P4INFO_PATH, DropReason, Event
 from inaemu.softswitch.batch import FrameBatch
 from inaemu.softswitch.fast.pipeline import FastPipeline

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("p4",),
     ("topology",),
-    ("collectives",),
+    ("collectives", "common"),
     ("hostlib",),
     ("controller", "softswitch"),
     ("conformance", "mininet"),

@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.conformance.pcap import read_pcap
 from inaemu.hostlib.codecs import make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
-from inaemu.hostlib.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet import debian
 from inaemu.mininet.algo_run import expected_result, tcpdump_missed

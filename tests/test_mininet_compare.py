@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from inaemu.collectives.algorithms import algorithm as collective
 from inaemu.collectives.check import step_bytes
-from inaemu.hostlib.wire import FRAME_BYTES, K
+from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
 from inaemu.mininet.accounting import (
     BW_CHECKS,

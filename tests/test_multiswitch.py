@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from inaemu.cli import main as cli
+from inaemu.common.wire import K
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
-from inaemu.hostlib.wire import K
 from inaemu.p4.plan import CHILD_TABLE, EGRESS_TABLE, JOB_TABLE
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer

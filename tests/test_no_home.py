@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from inaemu.hostlib import jit
+from inaemu.common import jit
 
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from inaemu.common import wire
 from inaemu.controller.jobs import MAX_EPOCH
-from inaemu.hostlib import wire
 from inaemu.p4 import constants
 from inaemu.p4.info import load_p4info, p4info_diff
 from inaemu.softswitch.pipeline import Pipeline

@@ -24,12 +24,12 @@ from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
 from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
 from inaemu.cli import main as cli
+from inaemu.common.wire import K
 from inaemu.controller.jobs import JobSpec
 from inaemu.controller.p4rt import Controller as InaController
 from inaemu.controller.p4rt import ControllerError
 from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
-from inaemu.hostlib.wire import K
 from inaemu.softswitch.p4runtime.arbitration import ARBITRATION_GRACE
 from inaemu.softswitch.p4runtime.read import READ_MAX_ENTITIES, ReadLimits
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer

@@ -31,7 +31,7 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
 from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     Endpoint,
     Flag,
     FrameTemplate,

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_OFFSET,
     RUN_SHIFT,
     SEQ_CHUNK_MASK,

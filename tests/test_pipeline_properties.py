@@ -32,8 +32,7 @@ import numpy.typing as npt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inaemu.controller.jobs import next_epoch
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_OFFSET,
     RUN_SHIFT,
     SEQ_CHUNK_MASK,
@@ -49,6 +48,7 @@ from inaemu.hostlib.wire import (
     seq_field,
     slot_field,
 )
+from inaemu.controller.jobs import next_epoch
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, TableEntry
 from tests.helpers import accounted

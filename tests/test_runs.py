@@ -16,10 +16,7 @@ import numpy.typing as npt
 import pytest
 
 from inaemu.cli import main as cli
-from inaemu.controller.star import star_job_plan
-from inaemu.hostlib.client import InaClient, InaError, InaRunError, InaTimeoutError
-from inaemu.hostlib.transport import LoopbackWireTransport
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_DTYPE,
     INA_VERSION,
     RUN_SHIFT,
@@ -28,6 +25,9 @@ from inaemu.hostlib.wire import (
     K,
     seq_field,
 )
+from inaemu.controller.star import star_job_plan
+from inaemu.hostlib.client import InaClient, InaError, InaRunError, InaTimeoutError
+from inaemu.hostlib.transport import LoopbackWireTransport
 from inaemu.p4.constants import Event
 from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.pipeline import Pipeline

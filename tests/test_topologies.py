@@ -13,18 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inaemu.controller.jobs import JobManager, JobSpec, route_plans
-from inaemu.controller.trees import (
-    TreeNode,
-    build_trees,
-    choose_roots,
-    link_trees,
-    locally_balanced,
-    max_trees_per_link,
-    parents,
-    root_candidates,
-)
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_OFFSET,
     Endpoint,
     Flag,
@@ -36,6 +25,17 @@ from inaemu.hostlib.wire import (
     pack_payloads,
     parse_frames,
     slot_field,
+)
+from inaemu.controller.jobs import JobManager, JobSpec, route_plans
+from inaemu.controller.trees import (
+    TreeNode,
+    build_trees,
+    choose_roots,
+    link_trees,
+    locally_balanced,
+    max_trees_per_link,
+    parents,
+    root_candidates,
 )
 from inaemu.softswitch.fabric import Fabric
 from inaemu.topology.addresses import ip_int

@@ -10,9 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from inaemu.controller.jobs import JobManager, JobRecord, JobSpec
-from inaemu.hostlib.client import InaClient
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     INA_OFFSET,
     Endpoint,
     Flag,
@@ -26,6 +24,8 @@ from inaemu.hostlib.wire import (
     seq_field,
     slot_field,
 )
+from inaemu.controller.jobs import JobManager, JobRecord, JobSpec
+from inaemu.hostlib.client import InaClient
 from inaemu.p4.constants import DropReason, Event
 from inaemu.softswitch.fabric import Fabric
 from inaemu.softswitch.state import ActionCall, TableEntry

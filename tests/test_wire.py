@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from inaemu.hostlib import wire
-from inaemu.hostlib.scapy_ina import INA
-from inaemu.hostlib.wire import FRAME_BYTES, INA_UDP_PORT, Endpoint, FrameTemplate, InaHeader, K
+from inaemu.common import wire
+from inaemu.common.scapy_ina import INA
+from inaemu.common.wire import FRAME_BYTES, INA_UDP_PORT, Endpoint, FrameTemplate, InaHeader, K
 from inaemu.topology import addresses
 
 SRC = Endpoint("00:00:00:00:00:01", "10.0.0.1")

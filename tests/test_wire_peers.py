@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inaemu.common.wire import Endpoint
 from inaemu.controller.jobs import route_plans
 from inaemu.hostlib.collective.peers import PeerChannel, PeerError
 from inaemu.hostlib.collective.wire_peers import (
@@ -28,7 +29,6 @@ from inaemu.hostlib.collective.wire_peers import (
     on_host_wire,
     segment,
 )
-from inaemu.hostlib.wire import Endpoint
 from inaemu.p4.constants import DropReason
 from inaemu.p4.plan import LOSS_TABLE, SwitchPlan, TableWrite, loss_threshold
 from inaemu.softswitch.plan import apply_to_pipeline

@@ -19,9 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inaemu.hostlib.batch_io import IoCounts
-from inaemu.hostlib.client import InaClient
-from inaemu.hostlib.loopback import (
+from inaemu.common.batch_io import IoCounts
+from inaemu.common.loopback import (
     ENDED,
     OUT_QUEUE_BYTES,
     SOCKET_BUFFER,
@@ -32,9 +31,10 @@ from inaemu.hostlib.loopback import (
     encode_records,
     split_records,
 )
+from inaemu.common.wire import Endpoint, Flag, FrameTemplate, K, Opcode, pack_frames, pack_payloads
+from inaemu.common.wire import slot_field as slot_of
+from inaemu.hostlib.client import InaClient
 from inaemu.hostlib.transport import LoopbackWireTransport
-from inaemu.hostlib.wire import Endpoint, Flag, FrameTemplate, K, Opcode, pack_frames, pack_payloads
-from inaemu.hostlib.wire import slot_field as slot_of
 from inaemu.softswitch.batch import FrameBatch
 from inaemu.softswitch.ports import LoopbackWire
 from inaemu.softswitch.switch import SoftSwitch
@@ -81,7 +81,7 @@ def hold_udp_ports(ports: list[int]) -> list[socket.socket]:
 
 
 def records(frames: list[bytes]) -> bytes:
-    """Frames as a wire's stream carries them (`hostlib.loopback`: length, then frame)."""
+    """Frames as a wire's stream carries them (`common.loopback`: length, then frame)."""
     data, _ = encode_frames(frames)
     return data
 

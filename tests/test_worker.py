@@ -17,8 +17,8 @@ from typing import Any
 import numpy.typing as npt
 import pytest
 
+from inaemu.common.wire import INA_BYTES, INA_HEADER_BYTES, INA_UDP_PORT, INA_VERSION, Flag
 from inaemu.hostlib import worker
-from inaemu.hostlib.wire import INA_BYTES, INA_HEADER_BYTES, INA_UDP_PORT, INA_VERSION, Flag
 
 WORKER_IP, SWITCH_IP = "127.0.0.21", "127.0.0.22"
 

@@ -21,10 +21,10 @@ from inaemu.cli.demo import (
 from inaemu.cli.demo_worker import JOB_ID, DemoOptions
 from inaemu.cli.train.network import TrainError, TrainOptions, host_launch, schedule_path
 from inaemu.collectives.schedule import Schedule
+from inaemu.common.loopback import WireDir
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.hostlib.launch import Backend, Launch
-from inaemu.hostlib.loopback import WireDir
 from inaemu.topology.model import Topology
 
 

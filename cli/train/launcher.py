@@ -65,7 +65,7 @@ from typing import Any, Literal
 from inaemu.cli.train.embedded_network import EmbeddedNetwork
 from inaemu.cli.train.network import Network, TrainError, TrainOptions, schedule_path
 from inaemu.collectives.schedule import Schedule
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, parse_backend

@@ -22,6 +22,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common.wire import K
 from inaemu.hostlib.codecs import inceptionn
 from inaemu.hostlib.codecs.base import (
     HomomorphicCodec,
@@ -45,7 +46,6 @@ from inaemu.hostlib.codecs.inceptionn import compress as inceptionn_compress
 from inaemu.hostlib.codecs.inceptionn import decompress as inceptionn_decompress
 from inaemu.hostlib.codecs.passthrough import Int32Codec
 from inaemu.hostlib.codecs.sketch import PeelingFailed, SketchCodec, SketchCorrupt
-from inaemu.hostlib.wire import K
 
 CODECS: dict[str, Callable[..., HomomorphicCodec]] = {
     "int32": Int32Codec,

@@ -17,7 +17,7 @@ bit). Conventions, for speed:
   pages on large arrays) and filled here.
 
 Compiled on first use (about a second per kernel and dtype) and cached on disk
-(`cache=True`: in __pycache__ beside this file, or elsewhere: `hostlib/jit.py`).
+(`cache=True`: in __pycache__ beside this file, or elsewhere: `common/jit.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from inaemu.hostlib.jit import cached_njit
+from inaemu.common.jit import cached_njit
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -47,7 +47,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.wire import FRAME_BYTES, INT32_MAX, INT32_MIN, K, Opcode
+from inaemu.common.wire import FRAME_BYTES, INT32_MAX, INT32_MIN, K, Opcode
 
 Int32Array = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]

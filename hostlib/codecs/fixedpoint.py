@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common.wire import Opcode
 from inaemu.hostlib.codecs import _kernels
 from inaemu.hostlib.codecs._util import (
     CHUNK_ELEMENTS,
@@ -57,7 +58,6 @@ from inaemu.hostlib.codecs._util import (
 )
 from inaemu.hostlib.codecs.base import BoolArray, Int32Array, Phase, PhaseGenerator, SumOverflow
 from inaemu.hostlib.codecs.passthrough import int32_sum_phases
-from inaemu.hostlib.wire import Opcode
 
 DEFAULT_BLOCK_SIZE = 256
 VALUE_BITS = 30  # |q| <= 2**(VALUE_BITS - H); n_terms * |q| <= 2**30 < INT32_MAX

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common.wire import INT32_MAX, INT32_MIN, Opcode
 from inaemu.hostlib.codecs._util import check_workers, expect_result
 from inaemu.hostlib.codecs.base import Int32Array, Phase, PhaseGenerator, SumOverflow
-from inaemu.hostlib.wire import INT32_MAX, INT32_MIN, Opcode
 
 
 def int32_sum_phases(flat: Int32Array, shape: tuple[int, ...], label: str) -> PhaseGenerator:

@@ -56,6 +56,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common.wire import INT32_MAX, INT32_MIN, Opcode
 from inaemu.hostlib.codecs import _kernels
 from inaemu.hostlib.codecs._util import (
     DEFAULT_IMPL,
@@ -85,7 +86,6 @@ from inaemu.hostlib.codecs.fixedpoint import (
     dequantize,
     scale_exponents,
 )
-from inaemu.hostlib.wire import INT32_MAX, INT32_MIN, Opcode
 
 N_HASHES = 3
 DEFAULT_RATIO = 1.25

@@ -45,11 +45,11 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.collectives.schedule import Op, Schedule, ScheduleError, Transfer, chunk_bounds
+from inaemu.common.wire import INT32_MAX, INT32_MIN, MAX_RUN, Opcode
 from inaemu.hostlib.codecs import CODECS, make_codec
 from inaemu.hostlib.codecs.base import HomomorphicCodec, Int32Array, Phase, run_phases
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND, compress, decompress
 from inaemu.hostlib.collective.peers import PeerChannel, PeerError
-from inaemu.hostlib.wire import INT32_MAX, INT32_MIN, MAX_RUN, Opcode
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.floating[Any]]

@@ -45,8 +45,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.collective.peers import Message, PeerError
-from inaemu.hostlib.loopback import (
+from inaemu.common.loopback import (
     READ_BYTES,
     WireDir,
     WireEnd,
@@ -54,7 +53,7 @@ from inaemu.hostlib.loopback import (
     host_end,
     port_end,
 )
-from inaemu.hostlib.wire import (
+from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
     IP_PROTO_UDP,
@@ -63,6 +62,7 @@ from inaemu.hostlib.wire import (
     Endpoint,
     ipv4_checksum,
 )
+from inaemu.hostlib.collective.peers import Message, PeerError
 from inaemu.topology.addresses import ip_int, mac_bytes
 
 COLLECTIVE_UDP_PORT = 47501  # next to INA's 47500: plain IPv4 to the switches, routed by /32
@@ -311,7 +311,7 @@ class FrameLink(Protocol):
 
 class HostWire(WireEnd):
     """Raw frames on the host end of the loopback wire on `port` of softswitch `switch`
-    (`hostlib.loopback`): one stream connection to the switch port, which only it can use;
+    (`common.loopback`): one stream connection to the switch port, which only it can use;
     a batch of frames goes out in one call and one read takes every frame that has arrived.
     The channel's caller and its I/O thread both send: a lock guards the connection."""
 

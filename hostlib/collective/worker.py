@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from inaemu.collectives.schedule import Schedule, ScheduleError
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.hostlib.codecs import warm_up
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND
 from inaemu.hostlib.collective.executor import (

@@ -11,7 +11,7 @@ counters as per-batch increments that `pipeline.py` adds to the Python counters 
 Numbers the kernel takes from elsewhere (wire layout, drop reasons, events, counter sizes)
 reach it through `Constants`, which `make_kernel` closes over: numba keys its on-disk cache on
 the closure's values as well as on this file, so a change to p4/constants.py or
-hostlib/wire.py recompiles instead of loading a stale kernel. Functions here at module level
+common/wire.py recompiles instead of loading a stale kernel. Functions here at module level
 take such numbers only as arguments.
 """
 
@@ -26,8 +26,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from inaemu.hostlib.jit import cached_njit
-from inaemu.hostlib.wire import (
+from inaemu.common.jit import cached_njit
+from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
     INA_HEADER_BYTES,
@@ -69,7 +69,7 @@ _HASH_SHIFT = 29
 i64 = cast(Callable[[Any], int], np.int64)
 
 F = TypeVar("F", bound=Callable[..., Any])
-_JIT: dict[str, Any] = {"nogil": True, "_nrt": False}  # cached: hostlib/jit.py  # _nrt: see jit()
+_JIT: dict[str, Any] = {"nogil": True, "_nrt": False}  # cached: common/jit.py  # _nrt: see jit()
 
 
 def jit(fn: F) -> F:
@@ -332,7 +332,7 @@ def _set_flags_contrib(buf: Any, p: int, ina_off: int, flags: int, contrib: int)
 
 @inline
 def _ipv4_checksum(buf: Any, at: int, nbytes: int) -> int:
-    """RFC 791 one's-complement checksum of buf[at : at + nbytes] (as hostlib.wire's)."""
+    """RFC 791 one's-complement checksum of buf[at : at + nbytes] (as common.wire's)."""
     total = 0
     for j in range(0, nbytes, 2):
         total += _u16(buf, at + j)

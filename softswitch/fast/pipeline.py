@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.wire import K
+from inaemu.common.wire import K
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.batch import MAX_FRAME, FrameBatch
 from inaemu.softswitch.fast.kernel import (

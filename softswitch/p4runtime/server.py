@@ -44,7 +44,7 @@ from finsy.proto.p4.config.v1 import p4info_pb2
 from finsy.proto.p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from google.protobuf import any_pb2
 
-from inaemu.hostlib import args as arg
+from inaemu.common import args as arg
 from inaemu.p4.info import (
     P4Info,
     P4RuntimeFailure,

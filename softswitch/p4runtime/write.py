@@ -22,7 +22,7 @@ from typing import TypeVar
 import grpc
 from finsy.proto.p4.v1 import p4runtime_pb2
 
-from inaemu.hostlib.wire import MAX_FANIN
+from inaemu.common.wire import MAX_FANIN
 from inaemu.p4.constants import DROP_PORT
 from inaemu.p4.info import P4Info, P4RuntimeFailure, TableInfo, invalid
 from inaemu.softswitch.p4runtime.codec import (

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import NoReturn
 
-from inaemu.hostlib.loopback import WireError, check_wire_dir_path
-from inaemu.hostlib.wire import MAX_RUN, SLOT_INDEX_MASK
+from inaemu.common.loopback import WireError, check_wire_dir_path
+from inaemu.common.wire import MAX_RUN, SLOT_INDEX_MASK
 from inaemu.p4.constants import DROP_PORT
 from inaemu.p4.plan import loss_threshold
 

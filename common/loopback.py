@@ -81,7 +81,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.hostlib.batch_io import IoCounts
+from inaemu.common.batch_io import IoCounts
 
 MAX_PATH = 107  # sun_path is 108 bytes with its NUL
 LOCK_NAME = ".lock"

@@ -1,6 +1,6 @@
-"""Scapy layers for INA, built from hostlib.wire (never a second copy of the format).
+"""Scapy layers for INA, built from common.wire (never a second copy of the format).
 
-from inaemu.hostlib.scapy_ina import INA
+from inaemu.common.scapy_ina import INA
 pkt = Ether() / IP() / UDP(dport=INA_UDP_PORT) / INA(job_id=1, values=[1, 2, 3])
 INA in Ether(bytes(pkt))   # True: bound to the INA UDP port both ways
 """
@@ -13,7 +13,7 @@ from scapy.fields import BitField, FieldListField, SignedIntField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from inaemu.hostlib.wire import INA_HEADER_FIELDS, INA_UDP_PORT, INA_VERSION, K
+from inaemu.common.wire import INA_HEADER_FIELDS, INA_UDP_PORT, INA_VERSION, K
 
 _DEFAULTS = {"version": INA_VERSION, "lanes": K, "contrib": 1}
 
