@@ -22,7 +22,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("collectives", "common"),
     ("hostlib",),
     ("controller", "softswitch"),
-    ("conformance", "mininet"),
+    ("conformance", "mininet", "sim"),
     ("cli",),
     ("examples",),
 )
