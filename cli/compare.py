@@ -26,12 +26,12 @@ processes do on this machine's cores, not a network's speed (the output says so)
 with `--bw` (bench/bench_collectives.py) measures under bandwidth.
 
 With `--sizes` every algorithm runs at each size, with `--repeat N` N times (the table shows
-the median and the range); each run's bottleneck accounting (`mininet.accounting`: CPU of
+the median and the range); each run's bottleneck accounting (`runs.accounting`: CPU of
 every switch and worker process and of the machine over the run, the switches' port drops
 from their logs) names what bounded it: with unshaped links always the emulator, the reason
 naming the busiest process. The run dir (`--run-dir`, by default a new one under the temp
 dir) gets `summary.json` (every run with its accounting, and the median and spread of each
-algorithm and size), `completion.png` with several sizes (`mininet.compare.completion_figure`)
+algorithm and size), `completion.png` with several sizes (`runs.compare.completion_figure`)
 and the switches' logs.
 """
 
@@ -80,7 +80,7 @@ from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.mininet.accounting import (
+from inaemu.runs.accounting import (
     DROPS_REPORTED_WITHIN,
     RULE,
     Bound,
@@ -91,7 +91,7 @@ from inaemu.mininet.accounting import (
     link_loads,
     read_port_drops,
 )
-from inaemu.mininet.compare import Point, plot_points, size_label
+from inaemu.runs.compare import Point, plot_points, size_label
 from inaemu.topology.builders import describe_roles
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES

@@ -22,11 +22,10 @@ import numpy.typing as npt
 from inaemu.cli.demo_options import DemoOptions as DemoOptions
 from inaemu.common.lifeline import die_with_parent
 from inaemu.hostlib.worker import digest, worker_input
+from inaemu.runs.network import JOB_ID as JOB_ID  # the demo's job
 
 if TYPE_CHECKING:
     from inaemu.hostlib.client import InaClient
-
-JOB_ID = 1
 
 
 @dataclass(frozen=True)

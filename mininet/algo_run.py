@@ -19,7 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.hostlib.worker import expected_sum, worker_input
-from inaemu.mininet.accounting import (
+from inaemu.mininet.algos import (
+    Algorithm,
+    RunSpec,
+)
+from inaemu.mininet.scenario import Scenario, ScenarioError
+from inaemu.runs.accounting import (
     DROPS_REPORTED_WITHIN,
     Bmv2Drops,
     CpuMeter,
@@ -30,21 +35,13 @@ from inaemu.mininet.accounting import (
     read_port_drops,
     wait_exited,
 )
-from inaemu.mininet.algos import (
-    Algorithm,
-    RunSpec,
-)
-from inaemu.mininet.compare import (
+from inaemu.runs.compare import (
+    LinkUse,
     Row,
     Verdict,
     check_results,
-    make_row,
-)
-from inaemu.mininet.scenario import (
-    LinkUse,
-    Scenario,
-    ScenarioError,
     link_delta,
+    make_row,
 )
 
 Progress = Callable[[str], None]  # where the progress lines go

@@ -47,13 +47,13 @@ from inaemu.mininet.algos import CODECS, Algorithm, RunSpec, algorithm
 from inaemu.mininet.run import algo_names, parse_sizes
 from inaemu.mininet.scenario import (
     MAX_BW,
-    LinkUse,
     NetOptions,
     RunDir,
     Scenario,
     ScenarioError,
     link_shaping,
 )
+from inaemu.runs.compare import LinkUse
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
 

@@ -56,17 +56,6 @@ from typing import Any
 from inaemu.common import args as arg
 from inaemu.common.wire import K
 from inaemu.mininet import debian
-from inaemu.mininet.accounting import (
-    BW_CHECKS,
-    BW_MARGIN,
-    RULE,
-    BwChoice,
-    Capacity,
-    capacity,
-    check_size,
-    choose_bw,
-    next_bw_all,
-)
 from inaemu.mininet.algo_run import (
     PROGRESS_EVERY,
     completion,
@@ -86,15 +75,6 @@ from inaemu.mininet.algos import (
     algorithm,
     describe,
 )
-from inaemu.mininet.compare import (
-    REPEATS,
-    bound_of,
-    directions,
-    points,
-)
-from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
-from inaemu.mininet.compare import parse_sizes as parse_sizes
-from inaemu.mininet.footprint import OVERRIDE, check_fits, mininet_parts
 from inaemu.mininet.report import report_comparison, report_single
 from inaemu.mininet.scenario import (
     MAX_BW,
@@ -108,6 +88,26 @@ from inaemu.mininet.scenario import (
     link_shaping,
 )
 from inaemu.p4.plan import loss_threshold
+from inaemu.runs.accounting import (
+    BW_CHECKS,
+    BW_MARGIN,
+    RULE,
+    BwChoice,
+    Capacity,
+    capacity,
+    check_size,
+    choose_bw,
+    next_bw_all,
+)
+from inaemu.runs.compare import (
+    REPEATS,
+    bound_of,
+    directions,
+    points,
+)
+from inaemu.runs.compare import parse_size as parse_size  # the runner's sizes, re-exported
+from inaemu.runs.compare import parse_sizes as parse_sizes
+from inaemu.runs.footprint import OVERRIDE, check_fits, mininet_parts
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError

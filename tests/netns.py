@@ -166,7 +166,7 @@ def start_softswitch(
 ) -> subprocess.Popen[str]:
     """The softswitch on AF_PACKET on every switch port of `net`, serving P4Runtime at `grpc`
     in the switch's namespace; returns once it printed READY. `log`: where its stderr goes
-    (its port-drop reports, `mininet.accounting.read_port_drops`); else a nameless file."""
+    (its port-drop reports, `runs.accounting.read_port_drops`); else a nameless file."""
     argv = [sys.executable, "-m", "inaemu.softswitch", "--grpc", grpc]
     for port in sorted(net.ports.values()):
         argv += ["--iface", f"{port}={net.interface(port)}"]

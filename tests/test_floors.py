@@ -21,7 +21,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("topology",),
     ("collectives", "common"),
     ("hostlib",),
-    ("controller", "softswitch"),
+    ("controller", "runs", "softswitch"),
     ("conformance", "mininet"),
     ("cli",),
     ("examples",),

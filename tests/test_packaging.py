@@ -217,7 +217,7 @@ def test_installed_p4_and_mininet_subpackages(installed: Path, tmp_path: Path) -
     proc = _run(
         installed,
         "-c",
-        "import inaemu.p4.info, inaemu.p4.compare, inaemu.mininet.run, inaemu.mininet.compare; "
+        "import inaemu.p4.info, inaemu.p4.compare, inaemu.mininet.run, inaemu.runs.compare; "
         "print(inaemu.p4.info.__file__); print(inaemu.mininet.run.__file__)",
         cwd=tmp_path,
     )

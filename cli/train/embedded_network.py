@@ -19,12 +19,13 @@ from inaemu.cli.demo import (
     stop_switches,
 )
 from inaemu.cli.demo_worker import JOB_ID, DemoOptions
-from inaemu.cli.train.network import TrainError, TrainOptions, host_launch, schedule_path
+from inaemu.cli.train.network import TrainError, TrainOptions, schedule_path
 from inaemu.collectives.schedule import Schedule
 from inaemu.common.loopback import WireDir
 from inaemu.controller.jobs import JobError, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.hostlib.launch import Backend, Launch
+from inaemu.runs.network import host_launch
 from inaemu.topology.model import Topology
 
 

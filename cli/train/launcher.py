@@ -63,12 +63,13 @@ from types import FrameType
 from typing import Any, Literal
 
 from inaemu.cli.train.embedded_network import EmbeddedNetwork
-from inaemu.cli.train.network import Network, TrainError, TrainOptions, schedule_path
+from inaemu.cli.train.network import TrainError, TrainOptions, schedule_path
 from inaemu.collectives.schedule import Schedule
 from inaemu.common import args as arg
 from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, parse_backend
+from inaemu.runs.network import Network
 from inaemu.topology.builders import describe_roles, load_or_build
 from inaemu.topology.model import Topology, TopologyError
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from inaemu.cli.train.network import TrainError, TrainOptions, host_launch, schedule_path
+from inaemu.cli.train.network import TrainError, TrainOptions, schedule_path
 from inaemu.collectives.schedule import Schedule
 from inaemu.hostlib.launch import Backend, Launch
 from inaemu.mininet import debian
@@ -27,6 +27,7 @@ from inaemu.mininet.scenario import (
     ScenarioError,
     interface_name,
 )
+from inaemu.runs.network import JOB_ID, host_launch
 from inaemu.topology.model import Topology
 
 
@@ -93,7 +94,7 @@ class MininetNetwork:
 
     def next_run(self) -> int:
         """`inaemu job new-run`: the job state's next run id."""
-        return self.sc.new_run(1)
+        return self.sc.new_run(JOB_ID)
 
     def launches(
         self, backend: Backend, run: int, schedule: Schedule | None, records: Path

@@ -27,6 +27,7 @@ could carry during the completion time.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -39,8 +40,8 @@ import numpy.typing as npt
 
 from inaemu.common import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
-from inaemu.mininet import marks
-from inaemu.mininet.accounting import (
+from inaemu.runs import marks
+from inaemu.runs.accounting import (
     Bound,
     LinkLoad,
     Usage,
@@ -49,7 +50,7 @@ from inaemu.mininet.accounting import (
     link_floor,
     link_loads,
 )
-from inaemu.mininet.scenario import LinkUse
+from inaemu.topology.model import Link
 
 UNIT_ROUNDOFF = 2.0**-24  # float32
 CHECKS = ("exact", "bound")
@@ -83,6 +84,42 @@ def error_bound(codec: str, n_workers: int, abs_sum: npt.NDArray[np.float64]) ->
         lossy = n_workers * INCEPTIONN_BOUND
         return lossy + gamma(2 * n_workers) * (abs_sum + lossy)
     raise ValueError(f"no error bound for codec {codec!r}: use plain or inceptionn")
+
+
+@dataclass
+class LinkUse:
+    """One link's traffic during a measurement, counted on its switch-side interface."""
+
+    a: str  # "h1" or "l1:3"
+    b: str  # "s1:1"
+    ifname: str  # the counted interface, on b's side (a's for a link between switches), as a
+    # user reads it: `s1-eth1` (`interface_name`), its network's prefix left out
+    a_to_b: int = 0  # bytes
+    b_to_a: int = 0
+    a_to_b_packets: int = 0
+    b_to_a_packets: int = 0
+    shaping: str = ""  # e.g. "rate 20Mbit" (tc on the counted interface), "" if unshaped
+
+
+def link_ends(link: Link) -> tuple[str, str]:
+    """The names of a link's ends in `LinkUse` and the table: a host by its name, a switch's
+    end as switch:port ("h1", "s1:1")."""
+    a = link.a if link.a_port is None else f"{link.a}:{link.a_port}"
+    b = link.b if link.b_port is None else f"{link.b}:{link.b_port}"
+    return a, b
+
+
+def link_delta(before: list[LinkUse], after: list[LinkUse]) -> list[LinkUse]:
+    return [
+        dataclasses.replace(
+            y,
+            a_to_b=y.a_to_b - x.a_to_b,
+            b_to_a=y.b_to_a - x.b_to_a,
+            a_to_b_packets=y.a_to_b_packets - x.a_to_b_packets,
+            b_to_a_packets=y.b_to_a_packets - x.b_to_a_packets,
+        )
+        for x, y in zip(before, after, strict=True)
+    ]
 
 
 @dataclass
