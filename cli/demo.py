@@ -60,6 +60,8 @@ from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
 from inaemu.controller.trees import parents
+from inaemu.softswitch import command as softswitch
+from inaemu.softswitch.command import Ready
 from inaemu.softswitch.fast.dataplanes import warm_up
 from inaemu.topology.builders import describe_roles, star
 from inaemu.topology.model import Topology
@@ -205,47 +207,41 @@ def _launch(argv: list[str], log: IO[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
 
 
-def _await_ready(proc: subprocess.Popen[str], log: IO[str], deadline: float) -> dict[str, str]:
+def _await_ready(proc: subprocess.Popen[str], log: IO[str], deadline: float) -> Ready:
     """The fields of a softswitch's READY line; DemoError with its stderr if it failed."""
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0.0))
-    if not ready:
+    readable, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+    if not readable:
         proc.kill()
         proc.wait(10)
         raise DemoError(f"the softswitch did not start within {SWITCH_START_TIMEOUT:.0f} s")
-    line = proc.stdout.readline()  # READY ... or EOF if it failed
-    if not line.startswith("READY"):
+    ready = Ready.parse(proc.stdout.readline())  # None: EOF, it failed
+    if ready is None:
         proc.wait(10)
         log.seek(0)
         raise DemoError(log.read().strip() or f"softswitch exited with {proc.returncode}")
-    return dict(kv.split("=", 1) for kv in line.split()[1:])
+    return ready
 
 
 def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
     """The softswitch process, its P4Runtime address and its wire dir (from its READY line)."""
     warm_up(opts.dataplane)  # compiled here once if need be; the switch loads it from the cache
-    argv = [
-        sys.executable,
-        "-m",
-        "inaemu.softswitch",
-        "--grpc",
-        f"127.0.0.1:{opts.grpc_port}",
-        "--wires",
-        f"1-{opts.workers}",
-        *(["--wire-dir", opts.wire_dir] if opts.wire_dir else []),
-        "--seed",
-        str(opts.seed),
-        "--dataplane",
-        opts.dataplane,
-    ]
+    argv = softswitch.argv(
+        grpc=f"127.0.0.1:{opts.grpc_port}",
+        wires=range(1, opts.workers + 1),
+        wire_dir=opts.wire_dir or None,
+        seed=opts.seed,
+        dataplane=opts.dataplane,
+    )
     with tempfile.TemporaryFile("w+") as log:
         proc = _launch(argv, log)
         try:
-            fields = _await_ready(proc, log, time.monotonic() + SWITCH_START_TIMEOUT)
+            ready = _await_ready(proc, log, time.monotonic() + SWITCH_START_TIMEOUT)
         except BaseException:  # e.g. Ctrl-C while it starts
             stop_switches({"s1": proc})
             raise
-    return proc, fields["grpc"], fields["wire_dir"]
+    assert ready.wire_dir is not None  # a switch with wires names their dir
+    return proc, ready.grpc, ready.wire_dir
 
 
 def start_switches(
@@ -272,19 +268,16 @@ def start_switches(
         try:
             logs: dict[str, IO[str]] = {}
             for name, sw in topo.switches.items():
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "inaemu.softswitch",
-                    *("--name", name, "--device-id", str(sw.device_id)),
-                    *("--grpc", "127.0.0.1:0", "--wire-dir", wire_dir),
-                    *("--seed", str(opts.seed + sw.device_id)),
-                    *("--dataplane", opts.dataplane),
-                ]
-                if host_ports[name]:
-                    argv += ["--wires", ",".join(map(str, sorted(host_ports[name])))]
-                for port, (peer, peer_port) in sorted(adj[name].items()):
-                    argv += ["--link", f"{port}={peer}.{peer_port}"]
+                argv = softswitch.argv(
+                    name=name,
+                    device_id=sw.device_id,
+                    grpc="127.0.0.1:0",
+                    wire_dir=wire_dir,
+                    seed=opts.seed + sw.device_id,
+                    dataplane=opts.dataplane,
+                    wires=host_ports[name],
+                    links={port: f"{peer}.{pp}" for port, (peer, pp) in adj[name].items()},
+                )
                 if log_dir is not None:
                     logs[name] = files.enter_context((log_dir / f"{name}.log").open("w+"))
                 else:
@@ -293,7 +286,7 @@ def start_switches(
             deadline = time.monotonic() + SWITCH_START_TIMEOUT
             for name, proc in procs.items():
                 try:
-                    addresses[name] = _await_ready(proc, logs[name], deadline)["grpc"]
+                    addresses[name] = _await_ready(proc, logs[name], deadline).grpc
                 except DemoError as exc:
                     raise DemoError(f"switch {name}: {exc}") from None
         except BaseException:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from inaemu.softswitch import command as softswitch
+
 INAEMU = [sys.executable, "-m", "inaemu.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,25 +64,15 @@ def test_port_taken_is_a_clear_error(tmp_path: Path) -> None:
     to change, no traceback."""
     wires = tmp_path / "wires"
     blocker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "inaemu.softswitch",
-            "--wires",
-            "1-2",
-            "--wire-dir",
-            str(wires),
-            "--grpc",
-            "127.0.0.1:0",
-        ],
+        softswitch.argv(wires=[1, 2], wire_dir=str(wires), grpc="127.0.0.1:0"),
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
     try:
         assert blocker.stdout is not None
-        ready = blocker.stdout.readline()
-        assert ready.startswith("READY") and f"wire_dir={wires}" in ready
+        ready = softswitch.Ready.parse(blocker.stdout.readline())
+        assert ready is not None and ready.wire_dir == str(wires)
         proc = run("demo", "--workers", "2", "--size", "1000", "--wire-dir", str(wires))
         assert proc.returncode == 1
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
