@@ -37,7 +37,6 @@ and the switches' logs.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import multiprocessing as mp
@@ -46,12 +45,11 @@ import queue
 import re
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
@@ -62,23 +60,20 @@ from typing import Any
 from inaemu.cli.compare_worker import ATTACH_TIMEOUT, AlgoResult, Task, serve
 from inaemu.cli.demo import (
     DemoError,
-    check_job_fits,
+    check_job,
+    demo_network,
     demo_topology,
-    open_wire_dir,
-    program_topology,
-    read_stats,
     run_and_report,
-    start_switches,
-    stop_switches,
+    worker_seat,
 )
 from inaemu.cli.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
 from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.common import args as arg
 from inaemu.common.wire import MAX_RUN
-from inaemu.controller.jobs import JobError, JobSpec
-from inaemu.controller.p4rt import Controller, ControllerError
+from inaemu.controller.jobs import JobSpec
 from inaemu.controller.stats import StatsReport
+from inaemu.embedded.network import EmbeddedNetwork
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
 from inaemu.runs.accounting import (
     DROPS_REPORTED_WITHIN,
@@ -472,13 +467,6 @@ def collective_schedules(
     return out
 
 
-def worker_seat(topo: Topology, host: str, n_trees: int) -> Seat:
-    """Where the worker on `host` sits: its switch port, its and its switch's addresses."""
-    sw, port = topo.host_attachment(host)
-    h, agg = topo.hosts[host], topo.switches[sw]
-    return Seat(sw, port, n_trees, False, (h.mac, h.ip), (agg.agg_mac, agg.agg_ip))
-
-
 def schedule_task(algo: str, run: int, sched: Schedule, topo: Topology) -> Task:
     """What every worker is handed for a host collective: the schedule and the (mac, ip) of
     each rank's host in the schedule's rank order (a worker finds its rank there:
@@ -514,7 +502,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     job = None
     if "ina" in opts.algos:
         job = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
-        check_job_fits(topo, job)
+        check_job(topo, job)
     arg.checks_done()
     run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir(spec_text)
     try:
@@ -523,30 +511,19 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
             (run_dir / stale).unlink(missing_ok=True)
     except OSError as exc:
         raise DemoError(f"--run-dir {run_dir}: {exc.strerror or exc}") from None
-    wires = open_wire_dir(opts)
     first_run = secrets.randbelow(MAX_RUN - total) + 1 if opts.run is None else opts.run
-    opts = replace(opts, workers=n, wire_dir=wires.path, run=first_run, sizes=sizes)
-    loop = asyncio.new_event_loop()
-    ctl: Controller | None = None
-    switches: dict[str, Any] = {}
     pool: _Workers | None = None
     rows: list[AlgoRow] = []
     finished = False
+    net = demo_network(opts, topo, workers, job, routes=True, log_dir=run_dir / "logs")
     try:
-        switches, addresses = start_switches(topo, workers, wires.path, opts, run_dir / "logs")
-        for name, address in addresses.items():
-            topo.switches[name] = replace(topo.switches[name], grpc=address)
-        try:
-            ctl, record = loop.run_until_complete(
-                program_topology(topo, job, workers, opts.loss, routes=True)
-            )
-        except (JobError, ControllerError) as exc:
-            raise DemoError(str(exc)) from None
-        n_trees = len(record.trees) if record is not None else 1
+        net.start()
+        opts = replace(opts, workers=n, wire_dir=net.wire_dir, run=first_run, sizes=sizes)
+        n_trees = len(net.record.trees) if net.record is not None else 1
         seats = [worker_seat(topo, host, n_trees) for host in workers]
-        pool = _Workers(opts, seats, lambda: all(p.poll() is None for p in switches.values()))
+        pool = _Workers(opts, seats, net.alive)
         with CpuMeter() as meter:
-            for name, proc in switches.items():
+            for name, proc in net.processes.items():
                 meter.track(proc.pid, name, "softswitch")
             for host, worker in zip(workers, pool.procs, strict=True):
                 assert worker.pid is not None
@@ -567,8 +544,8 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
                             again = f" (run {repeat})" if repeat > 1 else ""
                             print(f"  running {algo} x {size:,}{again} ...", file=out, flush=True)
                         row = _run_one(
-                            opts, topo, workers, pool, ctl, loop, meter, run_dir / "logs",
-                            algo, sched, run, size, ref, switches,
+                            opts, topo, workers, pool, net, meter, run_dir / "logs",
+                            algo, sched, run, size, ref,
                         )  # fmt: skip
                         row.repeat = repeat
                         rows.append(row)
@@ -581,11 +558,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     finally:
         if pool is not None:
             pool.stop(wait=finished)
-        if ctl is not None:
-            loop.run_until_complete(ctl.close())
-        loop.close()
-        stop_switches(switches)
-        wires.cleanup()
+        net.close()
 
 
 def _run_one(
@@ -593,8 +566,7 @@ def _run_one(
     topo: Topology,
     workers: tuple[str, ...],
     pool: _Workers,
-    ctl: Controller,
-    loop: asyncio.AbstractEventLoop,
+    net: EmbeddedNetwork,
     meter: CpuMeter,
     logs: Path,
     algo: str,
@@ -602,7 +574,6 @@ def _run_one(
     run: int,
     size: int,
     ref: Any,
-    switches: Mapping[str, subprocess.Popen[str]],
 ) -> AlgoRow:
     """One algorithm at one size on the running comparison: the workers' results checked
     against `ref`, the traffic from the switches' counters, the CPU over the run and the
@@ -612,11 +583,11 @@ def _run_one(
     else:
         tasks = [replace(schedule_task(algo, run, sched, topo), size=size) for _ in workers]
     drops0 = {name: read_port_drops(logs / f"{name}.log") for name in topo.switches}
-    before = _counts(read_stats(loop, ctl, switches))
+    before = _counts(net.read_stats())
     meter.sample()  # samples just around the run: its window is measured closely
     results = pool.run(tasks, opts.timeout)
     meter.sample()
-    after = _counts(read_stats(loop, ctl, switches))
+    after = _counts(net.read_stats())
     row = AlgoRow(algo, steps=None if sched is None else len(sched.steps), size=size)
     row.results = results
     t0, t1 = min(r.start for r in results), max(r.end for r in results)

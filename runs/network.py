@@ -1,7 +1,8 @@
 """What every network that inaemu starts gives the code that runs workers on it: the job id
-it installs (`JOB_ID`), the launcher's view of it once programmed (`Network`: the embedded
-softswitches, `inaemu.embedded`; Mininet's, `cli/train/mininet_network.py`), and what every
-network tells a worker about its place in the topology (`host_launch`)."""
+it installs (`JOB_ID`), its one failure (`NetworkError`), the launcher's view of it once
+programmed (`Network`: the embedded softswitches, `inaemu.embedded`; Mininet's,
+`cli/train/mininet_network.py`), and what every network tells a worker about its place in
+the topology (`host_launch`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from inaemu.topology.model import Topology
 JOB_ID = 1  # the job every network inaemu starts installs for its workers
 
 
+class NetworkError(RuntimeError):
+    """A network could not be built, programmed or read; the message says what, in one line
+    (a switch named with its own words, a job the topology cannot hold)."""
+
+
 class Network(Protocol):
     """What the launcher needs of a network (embedded or Mininet), once it is programmed."""
 
@@ -26,12 +32,25 @@ class Network(Protocol):
     def next_run(self) -> int: ...
 
     def launches(
-        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
-    ) -> list[Launch]: ...
+        self,
+        backend: Backend,
+        run: int,
+        records: Path,
+        *,
+        schedule: Schedule | None,
+        schedule_file: Path | None,
+        timeout: float,
+    ) -> list[Launch]:
+        """What each worker is told for one run of `backend` (`records`: where each rank
+        writes its records; `schedule`, saved at `schedule_file`: a host collective's;
+        `timeout`: its client's wait without progress)."""
+        ...
 
-    def start(
+    def popen(
         self, rank: int, launch: Launch, argv: list[str], log: Path
-    ) -> subprocess.Popen[bytes]: ...
+    ) -> subprocess.Popen[bytes]:
+        """`argv` started as worker `rank` on its host, told `launch`; its output to `log`."""
+        ...
 
     def trouble(self) -> str | None:
         """A switch that died, or None."""

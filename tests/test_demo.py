@@ -427,23 +427,24 @@ KILL_BEFORE_STATS = """
 import sys
 from inaemu.cli import demo
 from inaemu.cli.main import main
+from inaemu.embedded.network import EmbeddedNetwork
 
-started, run_workers = demo._start_switch, demo._run_workers
-switch = []
+started, run_workers = EmbeddedNetwork.start, demo._run_workers
+networks = []
 
-def start(opts):
-    got = started(opts)
-    switch.append(got[0])
-    return got
+def start(net):
+    started(net)
+    networks.append(net)
 
 def then_kill(*args, **kwargs):  # the workers are done: the switch dies before its counters
     got = run_workers(*args, **kwargs)
-    switch[0].kill()
-    switch[0].wait()
+    switch = networks[0].processes["s1"]
+    switch.kill()
+    switch.wait()
     return got
 
 if __name__ == "__main__":
-    demo._start_switch, demo._run_workers = start, then_kill
+    EmbeddedNetwork.start, demo._run_workers = start, then_kill
     sys.exit(main(["demo", "--workers", "2", "--size", "1000", "--no-progress"]))
 """
 

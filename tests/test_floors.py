@@ -22,7 +22,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("collectives", "common"),
     ("hostlib",),
     ("controller", "runs", "softswitch"),
-    ("conformance", "mininet"),
+    ("conformance", "embedded", "mininet"),
     ("cli",),
     ("examples",),
 )

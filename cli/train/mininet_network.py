@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from inaemu.cli.train.network import TrainError, TrainOptions, schedule_path
+from inaemu.cli.train.network import TrainError, TrainOptions
 from inaemu.collectives.schedule import Schedule
 from inaemu.hostlib.launch import Backend, Launch
 from inaemu.mininet import debian
@@ -97,7 +97,14 @@ class MininetNetwork:
         return self.sc.new_run(JOB_ID)
 
     def launches(
-        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
+        self,
+        backend: Backend,
+        run: int,
+        records: Path,
+        *,
+        schedule: Schedule | None,
+        schedule_file: Path | None,
+        timeout: float,
     ) -> list[Launch]:
         sc, spec = self.sc, replace(self._spec, run_id=run)
         master = sc.host_ip(self.workers[0])
@@ -109,9 +116,9 @@ class MininetNetwork:
             "rendezvous": f"tcp://{master}:{run_port(spec, Gloo.PORT_BASE)}",
             "window": self.opts.window,
             "trees": self.n_trees,
-            "timeout": self.opts.timeout,
+            "timeout": timeout,
             "peers": peers,
-            "schedule": "" if schedule is None else str(schedule_path(self.opts.out, backend)),
+            "schedule": "" if schedule_file is None else str(schedule_file),
         }
         n = len(self.workers)
         return [
@@ -128,7 +135,7 @@ class MininetNetwork:
             for rank, host in enumerate(self.workers)
         ]
 
-    def start(
+    def popen(
         self, rank: int, launch: Launch, argv: list[str], log: Path
     ) -> subprocess.Popen[bytes]:
         """The script on worker `rank`'s host, its environment given by `env` (Mininet's
