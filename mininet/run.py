@@ -77,6 +77,7 @@ from inaemu.mininet.algos import (
 )
 from inaemu.mininet.report import report_comparison, report_single
 from inaemu.mininet.scenario import (
+    BW,
     MAX_BW,
     CleanupError,
     NetOptions,
@@ -87,7 +88,6 @@ from inaemu.mininet.scenario import (
     link_params,
     link_shaping,
 )
-from inaemu.p4.plan import loss_threshold
 from inaemu.runs.accounting import (
     BW_CHECKS,
     BW_MARGIN,
@@ -142,38 +142,12 @@ def _bw(text: str) -> float | str:
     if text.strip().lower() == AUTO:
         return AUTO
     try:
-        bw = float(text)
+        float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"bad bandwidth {text!r}: Mbit/s, e.g. 20, or auto"
         ) from None
-    if not 0 < bw <= MAX_BW:
-        raise argparse.ArgumentTypeError(f"--bw {text}: Mininet shapes 0 < bw <= {MAX_BW:.0f}")
-    return bw
-
-
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0.0 <= seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"--progress {text}: seconds, e.g. 10 (0: none)")
-    return seconds
-
-
-def _probability(text: str) -> float:
-    try:
-        p = float(text)
-    except ValueError:
-        p = -1.0
-    if not 0.0 <= p <= 1.0:
-        raise argparse.ArgumentTypeError(f"--loss {text}: a probability in 0..1, e.g. 0.01")
-    try:
-        loss_threshold(p)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return p
+    return BW(text)
 
 
 def _prefix(text: str) -> str:
@@ -254,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--loss",
-        type=_probability,
+        type=arg.LOSS,
         default=0.0,
         help="loss probability injected at every port of every switch (`inaemu loss`)",
     )
@@ -296,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--progress",
-        type=_seconds,
+        type=arg.INTERVAL,
         default=PROGRESS_EVERY,
         metavar="SECONDS",
         help=f"a progress line this often while the workers run ({PROGRESS_EVERY:g}; 0: none)",

@@ -54,6 +54,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, TypeVar
 
+from inaemu.common import args as arg
 from inaemu.controller import api
 from inaemu.controller.jobs import JobRecord, JobSpec
 from inaemu.runs.compare import LinkUse, link_ends
@@ -65,6 +66,7 @@ PREFIX_CHARS = string.ascii_lowercase + string.digits
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,8}")  # what --prefix may be
 NETEM_OPTIONS = ("delay", "jitter", "loss", "max_queue_size")
 MAX_BW = 1000.0  # Mbit/s: Mininet's TCIntf refuses more
+BW = arg.Real(0.0, MAX_BW, "Mbit/s", lo_open=True, note="what Mininet shapes")  # --bw
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # ignored while cleaning up
 T = TypeVar("T")
 PRIMARY_WAIT = 5.0  # seconds a controller operation waits for the last one's stream to end
