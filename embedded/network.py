@@ -46,13 +46,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from inaemu.collectives.schedule import Schedule
 from inaemu.common.loopback import WireDir
 from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
 from inaemu.controller.p4rt import Controller, ControllerError
 from inaemu.controller.stats import StatsReport
-from inaemu.hostlib.launch import Backend, Launch
-from inaemu.runs.network import JOB_ID, NetworkError, host_launch
+from inaemu.hostlib.launch import Launch
+from inaemu.runs.compare import LinkUse, link_ends
+from inaemu.runs.network import JOB_ID, Launching, NetworkError, host_launch
 from inaemu.softswitch import command as softswitch
 from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
 from inaemu.topology.model import Topology
@@ -238,6 +238,41 @@ class EmbeddedNetwork:
                 f"reading the switches' counters failed: {exc or 'cancelled'}"
             ) from None
 
+    def link_counters(self, stats: StatsReport) -> tuple[list[LinkUse], int]:
+        """Bytes and packets each way on every link so far, from the switches' port
+        counters in `stats`: a host link as its switch's port received them (from the host)
+        and sent them (to it), a link between switches as each end's port sent them; and the
+        frames into the switches, every port (`runs.compare.link_delta` and a subtraction give
+        a run's)."""
+        counts = {
+            (sw, name, port): value
+            for sw, c in stats.switches.items()
+            for (name, port), value in c.indexed.items()
+            if name in ("port_rx", "port_tx")
+        }
+
+        def at(sw: str, counter: str, port: int) -> tuple[int, int]:
+            return counts.get((sw, counter, port), (0, 0))
+
+        uses = []
+        for link in self.topology.links:
+            a, b = link_ends(link)
+            if link.a_port is None or link.b_port is None:  # a host link: count at the switch
+                sw, port = (link.b, link.b_port) if link.a_port is None else (link.a, link.a_port)
+                assert port is not None
+                (in_p, in_b), (out_p, out_b) = at(sw, "port_rx", port), at(sw, "port_tx", port)
+                if link.a_port is not None:  # the switch is end a
+                    in_p, in_b, out_p, out_b = out_p, out_b, in_p, in_b
+                uses.append(LinkUse(a, b, f"{sw}:{port}", in_b, out_b, in_p, out_p))
+            else:
+                (ap, ab), (bp, bb) = (
+                    at(link.a, "port_tx", link.a_port),
+                    at(link.b, "port_tx", link.b_port),
+                )
+                uses.append(LinkUse(a, b, f"{link.a}:{link.a_port}", ab, bb, ap, bp))
+        packets = sum(p for (_, name, _), (p, _) in counts.items() if name == "port_rx")
+        return uses, packets
+
     # ------------------------------------------------------------------ runs.network.Network
 
     def next_run(self) -> int:
@@ -245,16 +280,10 @@ class EmbeddedNetwork:
         assert self._ctl is not None, "start the network first"
         return self._ctl.jobs.next_run(JOB_ID)
 
-    def launches(
-        self,
-        backend: Backend,
-        run: int,
-        records: Path,
-        *,
-        schedule: Schedule | None,
-        schedule_file: Path | None,
-        timeout: float,
-    ) -> list[Launch]:
+    def launches(self, launching: Launching) -> list[Launch]:
+        backend, run, records, schedule = (
+            launching.backend, launching.run, launching.records, launching.schedule
+        )  # fmt: skip
         topo, n = self.topology, len(self.workers)
         rendezvous = records / "gloo-rendezvous"  # a file: no port to race for
         rendezvous.unlink(missing_ok=True)
@@ -265,10 +294,10 @@ class EmbeddedNetwork:
             "rendezvous": f"file://{rendezvous}",
             "window": self.job.pool_size if self.job is not None else 0,
             "trees": len(self.record.trees) if self.record is not None else 1,
-            "timeout": timeout,
+            "timeout": launching.timeout,
             "wire_dir": self.wire_dir,
             "peers": peers,
-            "schedule": "" if schedule_file is None else str(schedule_file),
+            "schedule": "" if schedule is None else str(launching.schedule_file),
         }
         out = []
         for rank, host in enumerate(self.workers):

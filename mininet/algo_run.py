@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.collectives.schedule import Schedule
 from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet.algos import (
     Algorithm,
@@ -369,6 +370,7 @@ def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row,
     bound = run.algo.error_bound(codec, n, t.abs_sum) if check == "bound" else None
     verdict = check_results(arrays, check=check, exact=t.exact, sum64=t.sum64, bound=bound)
     seconds, how = completion(run.outcomes)
+    schedule = getattr(run.algo, "schedule", None)  # a host collective's
     row = make_row(
         run.algo.name,
         run.spec.size,
@@ -385,6 +387,9 @@ def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row,
         drops=run.drops,
         queue_drops=run.queue_drops,
         repeat=run.repeat,
+        steps=len(schedule.steps)
+        if isinstance(schedule := getattr(run.algo, "schedule", None), Schedule)
+        else None,
     )
     return row, verdict, how
 

@@ -733,7 +733,6 @@ def run_scenario(args: argparse.Namespace) -> int:
                 "run_id": r.spec.run_id,
                 "completion_measured": how,
                 "wall_seconds": r.wall,
-                "links": [asdict(u) for u in r.links],
                 "stats": r.stats,
                 "worker_reports": [o.report for o in r.outcomes],
             }

@@ -7,6 +7,7 @@ the topology (`host_launch`)."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +23,18 @@ class NetworkError(RuntimeError):
     (a switch named with its own words, a job the topology cannot hold)."""
 
 
+@dataclass(frozen=True)
+class Launching:
+    """One run of a backend, as the launcher asks a network to launch it."""
+
+    backend: Backend
+    run: int  # its run id (`Network.next_run`)
+    records: Path  # where each rank writes its records
+    timeout: float  # a worker's client gives up after this long without progress
+    schedule: Schedule | None = None  # a host collective's
+    schedule_file: Path | None = None  # where that schedule is saved for the workers
+
+
 class Network(Protocol):
     """What the launcher needs of a network (embedded or Mininet), once it is programmed."""
 
@@ -31,19 +44,8 @@ class Network(Protocol):
 
     def next_run(self) -> int: ...
 
-    def launches(
-        self,
-        backend: Backend,
-        run: int,
-        records: Path,
-        *,
-        schedule: Schedule | None,
-        schedule_file: Path | None,
-        timeout: float,
-    ) -> list[Launch]:
-        """What each worker is told for one run of `backend` (`records`: where each rank
-        writes its records; `schedule`, saved at `schedule_file`: a host collective's;
-        `timeout`: its client's wait without progress)."""
+    def launches(self, launching: Launching) -> list[Launch]:
+        """What each worker is told for one run of a backend."""
         ...
 
     def popen(

@@ -70,7 +70,7 @@ from inaemu.embedded.network import EmbeddedNetwork
 from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, parse_backend
-from inaemu.runs.network import JOB_ID, Network, NetworkError
+from inaemu.runs.network import JOB_ID, Launching, Network, NetworkError
 from inaemu.topology.builders import describe_roles, load_or_build
 from inaemu.topology.model import Topology, TopologyError
 
@@ -215,14 +215,8 @@ def run_backend(net: Network, backend: Backend, opts: TrainOptions, say: Any) ->
     logs.mkdir(parents=True, exist_ok=True)
     for old in records.glob("rank*.jsonl"):
         old.unlink()
-    launches = net.launches(
-        backend,
-        run,
-        records,
-        schedule=schedule,
-        schedule_file=schedule_path(opts.out, backend) if schedule is not None else None,
-        timeout=opts.timeout,
-    )
+    file = schedule_path(opts.out, backend) if schedule is not None else None
+    launches = net.launches(Launching(backend, run, records, opts.timeout, schedule, file))
     argv = [sys.executable, str(opts.script), *opts.script_args]
     say(f"  {backend.name}: {len(launches)} workers, run {run} ...", flush=True)
     started = time.monotonic()

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inaemu.cli.train.network import TrainError, TrainOptions
-from inaemu.collectives.schedule import Schedule
-from inaemu.hostlib.launch import Backend, Launch
+from inaemu.hostlib.launch import Launch
 from inaemu.mininet import debian
 from inaemu.mininet.algos import Collective, Gloo, Ina, RunSpec, run_port
 from inaemu.mininet.scenario import (
@@ -27,7 +26,7 @@ from inaemu.mininet.scenario import (
     ScenarioError,
     interface_name,
 )
-from inaemu.runs.network import JOB_ID, host_launch
+from inaemu.runs.network import JOB_ID, Launching, host_launch
 from inaemu.topology.model import Topology
 
 
@@ -96,16 +95,10 @@ class MininetNetwork:
         """`inaemu job new-run`: the job state's next run id."""
         return self.sc.new_run(JOB_ID)
 
-    def launches(
-        self,
-        backend: Backend,
-        run: int,
-        records: Path,
-        *,
-        schedule: Schedule | None,
-        schedule_file: Path | None,
-        timeout: float,
-    ) -> list[Launch]:
+    def launches(self, launching: Launching) -> list[Launch]:
+        backend, run, records, schedule = (
+            launching.backend, launching.run, launching.records, launching.schedule
+        )  # fmt: skip
         sc, spec = self.sc, replace(self._spec, run_id=run)
         master = sc.host_ip(self.workers[0])
         peers = ""
@@ -116,9 +109,9 @@ class MininetNetwork:
             "rendezvous": f"tcp://{master}:{run_port(spec, Gloo.PORT_BASE)}",
             "window": self.opts.window,
             "trees": self.n_trees,
-            "timeout": timeout,
+            "timeout": launching.timeout,
             "peers": peers,
-            "schedule": "" if schedule_file is None else str(schedule_file),
+            "schedule": "" if schedule is None else str(launching.schedule_file),
         }
         n = len(self.workers)
         return [
