@@ -31,7 +31,7 @@ from inaemu.common.wire import FRAME_BYTES, INA_OFFSET, Endpoint, FrameTemplate
 from inaemu.controller.jobs import JobManager, JobRecord, JobSpec, route_plans
 from inaemu.hostlib.client import InaClient, InaError, Steps, _Exchange
 from inaemu.hostlib.codecs import make_codec
-from inaemu.sim.engine import PS_PER_S, SimError, Simulation
+from inaemu.sim.engine import SimError, Simulation
 from inaemu.sim.network import SimNetwork
 from inaemu.sim.switches import FrameGroup, SimSwitch
 from inaemu.topology.model import Topology

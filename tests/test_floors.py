@@ -21,8 +21,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("topology",),
     ("collectives", "common"),
     ("hostlib",),
-    ("controller", "softswitch"),
-    ("conformance", "mininet", "sim"),
+    ("controller", "runs", "softswitch"),
+    ("conformance", "embedded", "mininet", "sim"),
     ("cli",),
     ("examples",),
 )
