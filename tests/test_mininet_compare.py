@@ -78,7 +78,7 @@ def test_every_algorithm_says_what_it_runs() -> None:
     ]  # fmt: skip
     for name, cls in ALGORITHMS.items():
         algo = algorithm(name)
-        assert cls.summary and algo.codecs, name
+        assert algo.summary and cls.facts.summary and algo.codecs, name
         assert set(algo.codecs) <= set(CODECS) and set(algo.codecs.values()) <= set(CHECKS)
         assert algo.check("int32") == "exact", name  # every algorithm sums integers exactly
 
