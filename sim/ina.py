@@ -199,6 +199,7 @@ def simulate_ina(
     for name, plan in record.plans.items():
         switches[name].install(plan)
     hosts = _hosts(sim, net, topo, workers, inputs, codec, settings, len(record.trees))
+
     def start() -> None:
         for host in hosts:
             host.start()
