@@ -20,7 +20,7 @@ trees, multicast groups, the host rewrite) and installed in process with the rou
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,8 +177,10 @@ def simulate_ina(
     inputs: Sequence[npt.NDArray[Any]],
     codec: str,
     settings: InaSettings,
+    on_start: Callable[[list[InaHost]], None] | None = None,
 ) -> InaOutcome:
-    """Every worker all-reduces its input through the switches, from simulated time 0."""
+    """Every worker all-reduces its input through the switches, from simulated time 0
+    (`on_start`: told the hosts before the simulation runs)."""
     topo = net.topo
     record = JobManager(topo).plan_add(
         JobSpec(JOB_ID, tuple(workers), pool_size=settings.window, n_trees=settings.n_trees)
@@ -205,6 +207,8 @@ def simulate_ina(
             host.start()
 
     sim.glue.at_ps(0, sim.handler(start))
+    if on_start is not None:
+        on_start(hosts)
     sim.run()
     results: dict[str, npt.NDArray[Any] | None] = {}
     errors: dict[str, str] = {}
