@@ -549,7 +549,10 @@ def _run_child(
         for line in proc.stdout:
             event = json.loads(line)
             if "loaded" in event:
-                say(f"ns-3 loaded in {event['loaded']:.1f} s")
+                say(
+                    f"ns-3 loaded in {event['loaded']:.1f} s, compiled kernels in "
+                    f"{event['warmed_up']:.1f} s"
+                )
             elif "progress" in event:
                 say(f"  {event['progress']}")
             elif "result" in event:
