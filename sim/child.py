@@ -232,7 +232,7 @@ def _warm_up(tasks: Sequence[Task]) -> None:
     for plane in {t.ina.dataplane for t in tasks}:
         warm_up_dataplane(plane)
     for codec in {t.codec for t in tasks if t.codec in CODECS}:
-        warm_up_client(make_codec(codec))
+        warm_up_client(make_codec(codec), np.int32 if codec == "int32" else np.float32)
 
 
 def _json(x: Any) -> Any:
