@@ -90,23 +90,21 @@ def main() -> int:
             for algo in algos.split(","):
                 s, e = median(sim.get(algo, [])), median(emu.get(algo, []))
                 sb, eb = median(sim.get(base, [])), median(emu.get(base, []))
-                results.append(
-                    {
-                        "topology": topo,
-                        "algo": algo,
-                        "size": size,
-                        "mbit": mbit,
-                        "emulated_s": e,
-                        "simulated_s": s,
-                        "sim_over_emu": s / e if e == e and e else None,
-                        "ratio_to": base,
-                        "emulated_ratio": e / eb if eb == eb and eb else None,
-                        "simulated_ratio": s / sb if sb == sb and sb else None,
-                        "emulated_bound": (emu.get(algo) or [{}])[0].get("bound_by"),
-                        "simulated_bound": (sim.get(algo) or [{}])[0].get("bound_by"),
-                    }
-                )
-                r = results[-1]
+                r: dict[str, Any] = {
+                    "topology": topo,
+                    "algo": algo,
+                    "size": size,
+                    "mbit": mbit,
+                    "emulated_s": e,
+                    "simulated_s": s,
+                    "sim_over_emu": s / e if e == e and e else None,
+                    "ratio_to": base,
+                    "emulated_ratio": e / eb if eb == eb and eb else None,
+                    "simulated_ratio": s / sb if sb == sb and sb else None,
+                    "emulated_bound": (emu.get(algo) or [{}])[0].get("bound_by"),
+                    "simulated_bound": (sim.get(algo) or [{}])[0].get("bound_by"),
+                }
+                results.append(r)
                 print(
                     f"{topo:<17} {algo:<10} emulated {e:8.3f} s  simulated {s:8.3f} s  "
                     f"sim/emu {_x(r['sim_over_emu'])}  vs {base}: emulated "
@@ -118,7 +116,7 @@ def main() -> int:
     return 0
 
 
-def _x(v: float | None) -> str:
+def _x(v: Any) -> str:
     return "   -  " if v is None else f"{v:5.2f}x"
 
 
