@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import struct
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -66,7 +65,7 @@ from inaemu.common.wire import (
     FRAME_BYTES,
     INA_BYTES,
     INA_DTYPE,
-    INA_HEADER_BYTES,
+    INA_HEADER_STRUCT,
     INA_VERSION,
     INT32_MAX,
     MAX_RUN,
@@ -90,8 +89,6 @@ DUPTHRESH = 3  # later chunks of a tree answered before a chunk is presumed lost
 MAX_WAIT = 0.05  # seconds the loop waits for results at most between checks
 SMALL_BATCH = 8  # batches up to this size are matched record by record, larger ones in numpy
 OTHER_RUN = kernels.OTHER_RUN_CHUNK  # a match: a result of another run (the run check)
-_HEADER = struct.Struct(">BBHBBHHI")  # the INA header (wire.INA_FIELDS_DTYPE without lanes)
-assert _HEADER.size == INA_HEADER_BYTES
 _RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
 _NO_HEAD = np.zeros(0, np.uint8)
 
@@ -699,7 +696,9 @@ class _Exchange:
             buf = got.tobytes()
             latest_of = self.slot_latest
             for off in range(0, len(buf), INA_BYTES):
-                ver_flags, _, job, _, _, slot, contrib, seq = _HEADER.unpack_from(buf, off)
+                ver_flags, _, job, _, _, slot, contrib, seq = INA_HEADER_STRUCT.unpack_from(
+                    buf, off
+                )
                 index = slot & SLOT_INDEX_MASK
                 chunk = -1
                 if (

@@ -32,9 +32,10 @@ import numpy as np
 from inaemu.common.jit import cached_njit
 from inaemu.common.wire import (
     ETHERTYPE_IPV4,
+    FRAME_AT,
     FRAME_BYTES,
+    INA_AT,
     INA_BYTES,
-    INA_DTYPE,
     INA_OFFSET,
     IP_PROTO_UDP,
     RUN_SHIFT,
@@ -53,19 +54,9 @@ def _jit(fn: F) -> F:
     return cached_njit(fn, nogil=True, error_model="numpy")
 
 
-def _offset(name: str) -> int:
-    field = INA_DTYPE.fields[name] if INA_DTYPE.fields else None
-    assert field is not None
-    return int(field[1])
-
-
-VER_FLAGS, OPCODE, JOB, TREE, LANES = (
-    _offset(n) for n in ("ver_flags", "opcode", "job_id", "tree_id", "lanes")
-)
-SLOT, CONTRIB, SEQ, VALUES = (_offset(n) for n in ("slot", "contrib", "seq", "values"))
+VER_FLAGS, OPCODE, JOB, TREE, LANES, SLOT, CONTRIB, SEQ, VALUES = INA_AT  # wire.INA_DTYPE's
 RESULT, OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
-ETH_TYPE = 12  # byte offsets in a frame: the EtherType, the IPv4 protocol
-IP_PROTO = 23
+ETH_TYPE, IP_PROTO = FRAME_AT["eth_type"], FRAME_AT["ip_proto"]  # byte offsets in a frame
 ETH_TYPE_HI, ETH_TYPE_LO = ETHERTYPE_IPV4 >> 8, ETHERTYPE_IPV4 & 0xFF
 
 # status of take_results

@@ -11,7 +11,6 @@ never a Python loop per lane.
 
 from __future__ import annotations
 
-import struct
 import threading
 from dataclasses import dataclass
 
@@ -20,7 +19,10 @@ import numpy as np
 from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
+    INA_AT,
+    INA_DTYPE,
     INA_HEADER_BYTES,
+    INA_HEADER_STRUCT,
     INA_OFFSET,
     INA_UDP_PORT,
     INA_VERSION,
@@ -57,7 +59,9 @@ from inaemu.softswitch.state import (
 
 IP_OFF = ETH_BYTES
 UDP_OFF = ETH_BYTES + IPV4_BYTES
-LANES_OFF = INA_OFFSET + INA_HEADER_BYTES
+LANES_OFF = INA_OFFSET + INA_AT.values
+VER_FLAGS_AT = INA_OFFSET + INA_AT.ver_flags
+CONTRIB_AT, CONTRIB_BYTES = INA_OFFSET + INA_AT.contrib, INA_DTYPE["contrib"].itemsize
 FRAME_END = LANES_OFF + LANES_BYTES
 _BE_LANES = np.dtype(">i4")
 # Plain ints on the per-packet path: enum.Flag operators run in Python and cost microseconds.
@@ -246,12 +250,10 @@ class Pipeline:
         self, pkt: bytearray, ingress_port: int, length: int
     ) -> tuple[DropReason, int, int, bool]:
         """Aggregation: returns (drop reason, egress_spec, mcast_grp, consumed)."""
-        ver_flags = pkt[INA_OFFSET]
-        version, flags = ver_flags >> 4, ver_flags & 0x0F
-        opcode = pkt[INA_OFFSET + 1]
-        job_id, tree_id, lanes, slot, contrib, seq = struct.unpack_from(
-            "!HBBHHI", pkt, INA_OFFSET + 2
+        ver_flags, opcode, job_id, tree_id, lanes, slot, contrib, seq = (
+            INA_HEADER_STRUCT.unpack_from(pkt, INA_OFFSET)
         )
+        version, flags = ver_flags >> 4, ver_flags & 0x0F
         # Validate the header, then the job.
         if version != INA_VERSION:
             return DropReason.BAD_VERSION, 0, 0, False
@@ -406,8 +408,10 @@ class Pipeline:
 
     @staticmethod
     def _set_flags_contrib(pkt: bytearray, flags: int, contrib: int) -> None:
-        pkt[INA_OFFSET] = (pkt[INA_OFFSET] & 0xF0) | (flags & 0x0F)
-        struct.pack_into("!H", pkt, INA_OFFSET + 8, contrib & 0xFFFF)
+        pkt[VER_FLAGS_AT] = (pkt[VER_FLAGS_AT] & 0xF0) | (flags & 0x0F)
+        pkt[CONTRIB_AT : CONTRIB_AT + CONTRIB_BYTES] = (contrib & 0xFFFF).to_bytes(
+            CONTRIB_BYTES, "big"
+        )
 
     # ------------------------------------------------------------------ egress
 

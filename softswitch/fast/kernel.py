@@ -30,7 +30,7 @@ from inaemu.common.jit import cached_njit
 from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
-    INA_HEADER_BYTES,
+    INA_AT,
     INA_OFFSET,
     INA_UDP_PORT,
     INA_VERSION,
@@ -38,6 +38,7 @@ from inaemu.common.wire import (
     IPV4_BYTES,
     LANES_BYTES,
     Flag,
+    InaLayout,
     K,
     Opcode,
 )
@@ -94,6 +95,7 @@ class Constants(NamedTuple):
     ip_off: int
     udp_off: int
     ina_off: int
+    at: InaLayout  # the INA fields' offsets from ina_off
     lanes_off: int
     frame_end: int
     k: int
@@ -148,7 +150,7 @@ class Constants(NamedTuple):
 def constants() -> Constants:
     ip_off = ETH_BYTES
     udp_off = ip_off + IPV4_BYTES
-    lanes_off = INA_OFFSET + INA_HEADER_BYTES
+    lanes_off = INA_OFFSET + INA_AT.values
     rx_at = INA_EVENTS
     drops_at = rx_at + INA_PORTS
     tx_at = drops_at + INA_DROP_REASONS
@@ -158,6 +160,7 @@ def constants() -> Constants:
         ip_off=ip_off,
         udp_off=udp_off,
         ina_off=INA_OFFSET,
+        at=INA_AT,
         lanes_off=lanes_off,
         frame_end=lanes_off + LANES_BYTES,
         k=K,
@@ -325,9 +328,10 @@ def _store_lanes(buf: Any, at: int, row: Any, k: int) -> None:
 
 
 @inline
-def _set_flags_contrib(buf: Any, p: int, ina_off: int, flags: int, contrib: int) -> None:
-    buf[p + ina_off] = (i64(buf[p + ina_off]) & 0xF0) | (flags & 0x0F)
-    _put(buf, p + ina_off + 8, contrib & 0xFFFF, 2)
+def _set_flags_contrib(buf: Any, p: int, c: Constants, flags: int, contrib: int) -> None:
+    ina = p + c.ina_off
+    buf[ina + c.at.ver_flags] = (i64(buf[ina + c.at.ver_flags]) & 0xF0) | (flags & 0x0F)
+    _put(buf, ina + c.at.contrib, contrib & 0xFFFF, 2)
 
 
 @inline
@@ -431,16 +435,17 @@ def _aggregate(
 ) -> tuple[int, int, int, bool]:
     """Aggregation: (drop reason, egress_spec, mcast_grp, consumed), as Pipeline._aggregate."""
     ina = p + c.ina_off
-    ver_flags = i64(buf[ina])
+    at = c.at
+    ver_flags = i64(buf[ina + at.ver_flags])
     version = ver_flags >> 4
     flags = ver_flags & 0x0F
-    opcode = i64(buf[ina + 1])
-    job_id = _u16(buf, ina + 2)
-    tree_id = i64(buf[ina + 4])
-    nlanes = i64(buf[ina + 5])
-    slot = _u16(buf, ina + 6)
-    contrib = _u16(buf, ina + 8)
-    seq = _u32(buf, ina + 10)
+    opcode = i64(buf[ina + at.opcode])
+    job_id = _u16(buf, ina + at.job_id)
+    tree_id = i64(buf[ina + at.tree_id])
+    nlanes = i64(buf[ina + at.lanes])
+    slot = _u16(buf, ina + at.slot)
+    contrib = _u16(buf, ina + at.contrib)
+    seq = _u32(buf, ina + at.seq)
     # Validate the header, then the job.
     if version != c.ina_version:
         return c.bad_version, 0, 0, False
@@ -520,12 +525,12 @@ def _aggregate(
         overflow_flag = c.flag_overflow if state & c.state_overflow else 0
         if state & c.state_ready:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
-            _set_flags_contrib(buf, p, c.ina_off, c.flag_result | overflow_flag, stored_contrib)
+            _set_flags_contrib(buf, p, c, c.flag_result | overflow_flag, stored_contrib)
             _count(ctr, ev, ne, c.retx_reply, length)
             return 0, ingress_port, 0, False
         if count == fanin:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
-            _set_flags_contrib(buf, p, c.ina_off, c.flag_retx | overflow_flag, stored_contrib)
+            _set_flags_contrib(buf, p, c, c.flag_retx | overflow_flag, stored_contrib)
             _count(ctr, ev, ne, c.retx_up, length)
             return 0, parent_port, 0, False
         return c.duplicate, 0, 0, False
@@ -586,11 +591,11 @@ def _aggregate(
         out_flags = c.flag_overflow if state & c.state_overflow else 0
         if is_root == 1:
             state |= c.state_ready
-            _set_flags_contrib(buf, p, c.ina_off, out_flags | c.flag_result, new_contrib)
+            _set_flags_contrib(buf, p, c, out_flags | c.flag_result, new_contrib)
             mcast_grp = child_mgid
             _count(ctr, ev, ne, c.complete_root, length)
         else:
-            _set_flags_contrib(buf, p, c.ina_off, out_flags, new_contrib)
+            _set_flags_contrib(buf, p, c, out_flags, new_contrib)
             egress_spec = parent_port
             _count(ctr, ev, ne, c.complete_up, length)
     else:
