@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import finsy as fy
 import numpy as np
@@ -194,6 +194,37 @@ def test_a_batch_whose_copies_outgrow_the_output_is_finished() -> None:
         outs.append(list(out))
         assert pipe.ina_events.packets[Event.COMPLETE_ROOT] == 100
     assert len(outs[1]) == 60_000 and outs[1] == outs[0]
+
+
+# ---------------------------------------------------------------------- the kernel's constants
+
+
+def test_kernel_constants_are_the_enums_and_key_numbas_cache() -> None:
+    """The kernel names every drop reason, event, flag and opcode by the enums' own names and
+    values (built from them, not listed again); numba keys its cache on the closed-over
+    constants as pickled, so a value changed is a new key, and the key is the same in every
+    process (else every process would compile again)."""
+    from numba.core import serialize
+
+    from inaemu.common.wire import Flag
+    from inaemu.softswitch.fast.kernel import constants
+
+    dumps = cast(Callable[[object], bytes], serialize.dumps)
+    c = constants()
+    for kind, values in ((DropReason, c.drop), (Event, c.event), (Flag, c.flag), (Opcode, c.op)):
+        assert cast(Any, values)._asdict() == {m.name: int(m) for m in kind}
+    drops = cast(Any, c.drop)
+    renumbered = c._replace(drop=type(drops)(*(v + 1 for v in drops)))
+    assert dumps((renumbered,)) != dumps((c,)) == dumps((constants(),))
+    code = "from numba.core.serialize import dumps; from inaemu.softswitch.fast.kernel import "
+    code += "constants; print(dumps((constants(),)).hex())"
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert keys == {dumps((c,)).hex()}
 
 
 # ---------------------------------------------------------------------- P4Runtime

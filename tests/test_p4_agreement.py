@@ -4,6 +4,7 @@ agree: one fact, defined once in Python, mirrored once in P4, checked here."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from inaemu.common import wire
 from inaemu.controller.jobs import MAX_EPOCH
@@ -12,6 +13,7 @@ from inaemu.p4.info import load_p4info, p4info_diff
 from inaemu.softswitch.pipeline import Pipeline
 from tests import p4source
 
+ROOT = Path(__file__).resolve().parents[1]
 SRC = p4source.read_sources()
 DEFS = p4source.defines(SRC)
 CONSTS = p4source.consts(SRC)
@@ -51,6 +53,19 @@ def test_switch_constants() -> None:
     assert drops == {r.name: int(r) for r in constants.DropReason}
     events = {k[3:]: v for k, (_, v) in CONSTS.items() if k.startswith("EV_")}
     assert events == {e.name: int(e) for e in constants.Event}
+
+
+def test_protocol_doc_lists_every_drop_reason_and_event() -> None:
+    """docs/protocol.md's table of drop reasons (section 9) and its list of events are
+    p4/constants.py's: a reason or event added there is documented too."""
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    table = doc[doc.index("## 9. Drop reasons") :].split("\n\n")[1]
+    cells = re.findall(r"\| (\d+) \| (\w+) ", table)
+    assert sorted((int(n), name) for n, name in cells) == [
+        (int(r), r.name) for r in constants.DropReason if r != constants.DropReason.NONE
+    ]
+    events = doc[doc.index("Events are counted in `ina_events`:") :].split("\n\n")[0]
+    assert re.findall(r"\b([A-Z][A-Z_]+)\b", events) == [e.name for e in constants.Event]
 
 
 def test_committed_p4info_matches_source() -> None:

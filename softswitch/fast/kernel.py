@@ -17,6 +17,8 @@ take such numbers only as arguments.
 
 from __future__ import annotations
 
+import collections
+import enum
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -102,40 +104,15 @@ class Constants(NamedTuple):
     ip_proto_udp: int
     ina_udp_port: int
     ina_version: int
-    flag_result: int
-    flag_retx: int
-    flag_overflow: int
-    op_sum: int
-    op_or: int
-    op_max: int
+    # The enums' members by name (`members`: a NamedTuple of their values, which numba takes
+    # whole; typed as the enums, so that mypy knows every name the kernel uses).
+    flag: type[Flag]
+    op: type[Opcode]
+    drop: type[DropReason]
+    event: type[Event]
     state_ready: int
     state_overflow: int
     drop_port: int
-    truncated: int
-    bad_version: int
-    bad_opcode: int
-    bad_lanes: int
-    unknown_job: int
-    slot_range: int
-    not_member: int
-    unexpected_result: int
-    stale: int
-    duplicate: int
-    loss: int
-    no_route: int
-    ttl_expired: int
-    not_ipv4: int
-    bad_ipv4: int
-    ahead: int
-    contribution: int
-    first: int
-    complete_root: int
-    complete_up: int
-    retx_reply: int
-    retx_up: int
-    parent_result: int
-    overflow: int
-    takeover: int
     # the flat counter array: [events | port_rx | ina_drops | port_tx], one row per index
     events_at: int
     events_n: int
@@ -145,6 +122,25 @@ class Constants(NamedTuple):
     drops_n: int
     tx_at: int
     counters_n: int
+
+
+E = TypeVar("E", bound=enum.IntEnum | enum.IntFlag)
+
+
+def members(kind: type[E]) -> type[E]:
+    """The members of `kind` as a NamedTuple of their values (`DropReason` -> `DropReasons(NONE=0,
+    TRUNCATED=1, ...)`), typed as `kind` itself: `c.drop.STALE` reads like the enum, in numba
+    a constant. Its class is this module's attribute of that name, so that numba's cache key
+    pickles it by name and values: a member added or renumbered recompiles the kernel."""
+    name = kind.__name__ + "s"
+    record = globals().get(name)
+    if record is None:
+        record = globals()[name] = _namedtuple(name, [m.name for m in kind], module=__name__)
+    assert record._fields == tuple(m.name for m in kind)
+    return cast(type[E], record(*(int(m) for m in kind)))
+
+
+_namedtuple: Callable[..., Any] = collections.namedtuple  # fields from the enum, not literals
 
 
 def constants() -> Constants:
@@ -167,40 +163,13 @@ def constants() -> Constants:
         ip_proto_udp=IP_PROTO_UDP,
         ina_udp_port=INA_UDP_PORT,
         ina_version=INA_VERSION,
-        flag_result=int(Flag.RESULT),
-        flag_retx=int(Flag.RETX),
-        flag_overflow=int(Flag.OVERFLOW),
-        op_sum=int(Opcode.SUM),
-        op_or=int(Opcode.OR),
-        op_max=int(Opcode.MAX),
+        flag=members(Flag),
+        op=members(Opcode),
+        drop=members(DropReason),
+        event=members(Event),
         state_ready=STATE_READY,
         state_overflow=STATE_OVERFLOW,
         drop_port=DROP_PORT,
-        truncated=int(DropReason.TRUNCATED),
-        bad_version=int(DropReason.BAD_VERSION),
-        bad_opcode=int(DropReason.BAD_OPCODE),
-        bad_lanes=int(DropReason.BAD_LANES),
-        unknown_job=int(DropReason.UNKNOWN_JOB),
-        slot_range=int(DropReason.SLOT_RANGE),
-        not_member=int(DropReason.NOT_MEMBER),
-        unexpected_result=int(DropReason.UNEXPECTED_RESULT),
-        stale=int(DropReason.STALE),
-        duplicate=int(DropReason.DUPLICATE),
-        loss=int(DropReason.LOSS),
-        no_route=int(DropReason.NO_ROUTE),
-        ttl_expired=int(DropReason.TTL_EXPIRED),
-        not_ipv4=int(DropReason.NOT_IPV4),
-        bad_ipv4=int(DropReason.BAD_IPV4),
-        ahead=int(DropReason.AHEAD),
-        contribution=int(Event.CONTRIBUTION),
-        first=int(Event.FIRST),
-        complete_root=int(Event.COMPLETE_ROOT),
-        complete_up=int(Event.COMPLETE_UP),
-        retx_reply=int(Event.RETX_REPLY),
-        retx_up=int(Event.RETX_UP),
-        parent_result=int(Event.PARENT_RESULT),
-        overflow=int(Event.OVERFLOW),
-        takeover=int(Event.TAKEOVER),
         events_at=0,
         events_n=INA_EVENTS,
         rx_at=rx_at,
@@ -394,10 +363,10 @@ def _forward(
     """Ipv4Forwarding: (drop reason, egress_spec)."""
     ip = p + c.ip_off
     if i64(buf[ip]) >> 4 != 4 or i64(buf[ip]) & 0x0F != 5:
-        return c.bad_ipv4, 0
+        return c.drop.BAD_IPV4, 0
     ttl = i64(buf[ip + 8])
     if ttl <= 1:
-        return c.ttl_expired, 0
+        return c.drop.TTL_EXPIRED, 0
     dst = _u32(buf, ip + 16)
     row = i64(misc[M_LPM_DEFAULT])
     for j in range(plens.shape[0]):
@@ -412,8 +381,8 @@ def _forward(
             buf[p + 6 + b] = buf[p + b]
         _put(buf, p, i64(params[row, 1]), 6)
         buf[ip + 8] = ttl - 1
-        return 0, i64(params[row, 2])
-    return c.no_route, 0
+        return c.drop.NONE, i64(params[row, 2])
+    return c.drop.NO_ROUTE, 0
 
 
 @inline
@@ -448,14 +417,14 @@ def _aggregate(
     seq = _u32(buf, ina + at.seq)
     # Validate the header, then the job.
     if version != c.ina_version:
-        return c.bad_version, 0, 0, False
-    if opcode > c.op_max:
-        return c.bad_opcode, 0, 0, False
+        return c.drop.BAD_VERSION, 0, 0, False
+    if opcode > c.op.MAX:
+        return c.drop.BAD_OPCODE, 0, 0, False
     if nlanes == 0 or nlanes > c.k:
-        return c.bad_lanes, 0, 0, False
+        return c.drop.BAD_LANES, 0, 0, False
     job = find(hkeys, hvals, slices, T_JOB, (job_id << 8) | tree_id)
     if job < 0:
-        return c.unknown_job, 0, 0, False
+        return c.drop.UNKNOWN_JOB, 0, 0, False
     base = i64(params[job, 0])
     pool_size = i64(params[job, 1])
     fanin = i64(params[job, 2])
@@ -466,11 +435,11 @@ def _aggregate(
     set_ = slot >> 15
     slot_index = slot & 0x7FFF
     if slot_index >= pool_size:
-        return c.slot_range, 0, 0, False
+        return c.drop.SLOT_RANGE, 0, 0, False
     slot_addr = base + slot_index
     cell = (slot_addr << 1) | set_
     if cell < 0 or cell >= cells.shape[0]:
-        return c.slot_range, 0, 0, False
+        return c.drop.SLOT_RANGE, 0, 0, False
     owner_key = (job_id << 32) | (epoch << 16) | (seq >> 16)
     state = i64(cells[cell, R_STATE])
     stored_contrib = i64(cells[cell, R_CONTRIB])
@@ -478,26 +447,26 @@ def _aggregate(
     ev = c.events_at
     ne = c.events_n
 
-    if flags & c.flag_result:
+    if flags & c.flag.RESULT:
         # A result coming down from the parent.
         if is_root == 1 or ingress_port != parent_port:
-            return c.unexpected_result, 0, 0, False
+            return c.drop.UNEXPECTED_RESULT, 0, 0, False
         if owner[slot_addr] != owner_key or seq != cells[cell, R_SEQ]:
-            return c.stale, 0, 0, False
+            return c.drop.STALE, 0, 0, False
         if cells[cell, R_COUNT] != fanin:
             # This node's round is not complete: the parent's result cannot include it.
-            return c.unexpected_result, 0, 0, False
+            return c.drop.UNEXPECTED_RESULT, 0, 0, False
         for j in range(c.k):
             lanes[cell, j] = _lane(buf, lanes_at + 4 * j)
-        state = c.state_ready | (c.state_overflow if flags & c.flag_overflow else 0)
+        state = c.state_ready | (c.state_overflow if flags & c.flag.OVERFLOW else 0)
         cells[cell, R_STATE] = state
         cells[cell, R_CONTRIB] = contrib
-        _count(ctr, ev, ne, c.parent_result, length)
-        return 0, 0, child_mgid, False
+        _count(ctr, ev, ne, c.event.PARENT_RESULT, length)
+        return c.drop.NONE, 0, child_mgid, False
 
     child = find(hkeys, hvals, slices, T_CHILD, (job_id << 40) | (tree_id << 32) | ingress_port)
     if child < 0:
-        return c.not_member, 0, 0, False
+        return c.drop.NOT_MEMBER, 0, 0, False
     row_ctr[child, 0] += 1
     row_ctr[child, 1] += length
     child_index = i64(params[child, 0])
@@ -510,7 +479,7 @@ def _aggregate(
             cells[other, f] = 0
         state = 0
         stored_contrib = 0
-        _count(ctr, ev, ne, c.takeover, length)
+        _count(ctr, ev, ne, c.event.TAKEOVER, length)
     child_bit = ((1 << child_index) & 0xFFFFFFFF) if 0 <= child_index < 32 else 0
     bitmap = i64(cells[cell, R_BITMAP])
     count = i64(cells[cell, R_COUNT])
@@ -519,33 +488,33 @@ def _aggregate(
     other_count = i64(cells[other, R_COUNT])
 
     if bitmap & child_bit and seq != stored_seq:
-        return c.stale, 0, 0, False  # 2. not a retransmission: older than this use
+        return c.drop.STALE, 0, 0, False  # 2. not a retransmission: older than this use
     if bitmap & child_bit:
         # 3. A retransmission from a child already counted in this use.
-        overflow_flag = c.flag_overflow if state & c.state_overflow else 0
+        overflow_flag = c.flag.OVERFLOW if state & c.state_overflow else 0
         if state & c.state_ready:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
-            _set_flags_contrib(buf, p, c, c.flag_result | overflow_flag, stored_contrib)
-            _count(ctr, ev, ne, c.retx_reply, length)
-            return 0, ingress_port, 0, False
+            _set_flags_contrib(buf, p, c, c.flag.RESULT | overflow_flag, stored_contrib)
+            _count(ctr, ev, ne, c.event.RETX_REPLY, length)
+            return c.drop.NONE, ingress_port, 0, False
         if count == fanin:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
-            _set_flags_contrib(buf, p, c, c.flag_retx | overflow_flag, stored_contrib)
-            _count(ctr, ev, ne, c.retx_up, length)
-            return 0, parent_port, 0, False
-        return c.duplicate, 0, 0, False
+            _set_flags_contrib(buf, p, c, c.flag.RETX | overflow_flag, stored_contrib)
+            _count(ctr, ev, ne, c.event.RETX_UP, length)
+            return c.drop.NONE, parent_port, 0, False
+        return c.drop.DUPLICATE, 0, 0, False
     if count != 0 and count != fanin and seq != stored_seq:
-        return c.stale, 0, 0, False  # 4. an older chunk's copy
+        return c.drop.STALE, 0, 0, False  # 4. an older chunk's copy
     if count == fanin and seq == stored_seq:
-        return c.stale, 0, 0, False  # 5. a late copy of the completed use
+        return c.drop.STALE, 0, 0, False  # 5. a late copy of the completed use
     if other_bitmap & child_bit and other_count != fanin:
         # 6. The child jumps ahead: its round in the other set is not complete.
-        return c.ahead, 0, 0, False
+        return c.drop.AHEAD, 0, 0, False
 
     # 7. A new contribution.
     cells[cell, R_BITMAP] = bitmap | child_bit
     cells[other, R_BITMAP] = other_bitmap & ~child_bit & 0xFFFFFFFF
-    _count(ctr, ev, ne, c.contribution, length)
+    _count(ctr, ev, ne, c.event.CONTRIBUTION, length)
     overflow = False
     row = lanes[cell]
     if count == 0 or count == fanin:
@@ -555,9 +524,9 @@ def _aggregate(
         new_contrib = contrib
         state = 0
         cells[cell, R_SEQ] = seq
-        _count(ctr, ev, ne, c.first, length)
+        _count(ctr, ev, ne, c.event.FIRST, length)
     else:
-        if opcode == c.op_sum:
+        if opcode == c.op.SUM:
             for j in range(c.k):
                 wide = i64(row[j]) + _lane(buf, lanes_at + 4 * j)
                 if wide > 0x7FFFFFFF:
@@ -567,7 +536,7 @@ def _aggregate(
                     wide = -0x80000000
                     overflow = True
                 row[j] = wide
-        elif opcode == c.op_or:
+        elif opcode == c.op.OR:
             for j in range(c.k):
                 row[j] = i64(row[j]) | _lane(buf, lanes_at + 4 * j)
         else:
@@ -579,8 +548,8 @@ def _aggregate(
             _store_lanes(buf, lanes_at, row, c.k)
     if overflow:
         state |= c.state_overflow
-        _count(ctr, ev, ne, c.overflow, length)
-    if flags & c.flag_overflow:
+        _count(ctr, ev, ne, c.event.OVERFLOW, length)
+    if flags & c.flag.OVERFLOW:
         state |= c.state_overflow
 
     # Completion.
@@ -588,22 +557,22 @@ def _aggregate(
     mcast_grp = 0
     consumed = False
     if count == fanin:
-        out_flags = c.flag_overflow if state & c.state_overflow else 0
+        out_flags = c.flag.OVERFLOW if state & c.state_overflow else 0
         if is_root == 1:
             state |= c.state_ready
-            _set_flags_contrib(buf, p, c, out_flags | c.flag_result, new_contrib)
+            _set_flags_contrib(buf, p, c, out_flags | c.flag.RESULT, new_contrib)
             mcast_grp = child_mgid
-            _count(ctr, ev, ne, c.complete_root, length)
+            _count(ctr, ev, ne, c.event.COMPLETE_ROOT, length)
         else:
             _set_flags_contrib(buf, p, c, out_flags, new_contrib)
             egress_spec = parent_port
-            _count(ctr, ev, ne, c.complete_up, length)
+            _count(ctr, ev, ne, c.event.COMPLETE_UP, length)
     else:
         consumed = True
     cells[cell, R_COUNT] = count
     cells[cell, R_CONTRIB] = new_contrib
     cells[cell, R_STATE] = state
-    return 0, egress_spec, mcast_grp, consumed
+    return c.drop.NONE, egress_spec, mcast_grp, consumed
 
 
 @inline
@@ -718,16 +687,16 @@ def make_kernel(c: Constants) -> Callable[..., KernelResult]:
             _copy(out_buf, p, in_buf, src, length)
             ina_valid, ipv4_valid, parser_error = _parse(out_buf, p, length, c)
 
-            drop_reason = 0
+            drop_reason: int = c.drop.NONE
             loss = find(hkeys, hvals, slices, T_LOSS, port)
             if loss >= 0 and draws[i] < params[loss, 0]:
-                drop_reason = c.loss
+                drop_reason = c.drop.LOSS
             egress_spec = 0
             mcast_grp = 0
             consumed = False
-            if drop_reason == 0:
+            if drop_reason == c.drop.NONE:
                 if parser_error:
-                    drop_reason = c.truncated
+                    drop_reason = c.drop.TRUNCATED
                 elif ina_valid:
                     drop_reason, egress_spec, mcast_grp, consumed = _aggregate(
                         out_buf,
@@ -750,12 +719,12 @@ def make_kernel(c: Constants) -> Callable[..., KernelResult]:
                         out_buf, p, hkeys, hvals, slices, params, plens, misc, c
                     )
                 else:
-                    drop_reason = c.not_ipv4
-            if drop_reason != 0 or consumed:
+                    drop_reason = c.drop.NOT_IPV4
+            if drop_reason != c.drop.NONE or consumed:
                 egress_spec = c.drop_port
                 mcast_grp = 0
             _count(ctr, c.rx_at, c.ports_n, port, length)
-            if drop_reason != 0:
+            if drop_reason != c.drop.NONE:
                 _count(ctr, c.drops_at, c.drops_n, drop_reason, length)
 
             # Traffic manager: multicast wins, then the drop port, then unicast.
