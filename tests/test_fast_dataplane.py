@@ -1,4 +1,4 @@
-"""The fast data plane's contract with the control plane (softswitch/fast/pipeline.py): a change
+"""The fast data plane's contract with the control plane (softswitch/fast/engine.py): a change
 to tables or groups, however made, reaches the next frame; the counters a reader sees under the
 lock are the kernel's, and a counter a controller writes keeps its value; the P4Runtime server
 drives it as it drives the reference; batches whose copies outgrow the output are finished;
@@ -35,7 +35,6 @@ from inaemu.common.wire import (
 from inaemu.controller.star import star_job_plan
 from inaemu.p4.constants import P4INFO_PATH, DropReason, Event
 from inaemu.softswitch.batch import FrameBatch
-from inaemu.softswitch.fast.pipeline import FastPipeline
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.plan import apply_to_pipeline
@@ -102,21 +101,21 @@ CHANGES: dict[str, Callable[[Pipeline], None]] = {
 def test_a_change_reaches_the_next_frame(how: str) -> None:
     """Fan-in 2 -> 1 (or group {1, 2} -> {2}): the very next contribution behaves as the
     changed table says, on the fast data plane as on the reference."""
-    for pipe in (Pipeline(), FastPipeline()):
+    for pipe in (Pipeline(), Pipeline(compiled=True)):
         star(pipe)
         assert pipe.process(1, contribution(1, 0)) == []  # waits for worker 2
         if how == "group replaced under the lock":
             CHANGES[how](pipe)
             out = pipe.process(2, contribution(2, 0))
-            assert [port for port, _ in out] == [2], type(pipe).__name__
+            assert [port for port, _ in out] == [2], f"compiled={pipe.compiled}"
         else:
             CHANGES[how](pipe)
             out = pipe.process(1, contribution(1, 1))
-            assert sorted(port for port, _ in out) == [1, 2], type(pipe).__name__
+            assert sorted(port for port, _ in out) == [1, 2], f"compiled={pipe.compiled}"
 
 
 def test_a_change_made_while_holding_the_lock_reaches_a_frame_in_the_same_hold() -> None:
-    pipe = star(FastPipeline())
+    pipe = star(Pipeline(compiled=True))
     pipe.process(1, contribution(1, 0))
     with pipe.lock:
         fanin_one(pipe)
@@ -128,7 +127,7 @@ def test_a_change_made_while_holding_the_lock_reaches_a_frame_in_the_same_hold()
 
 
 def test_counters_are_the_kernels_and_keep_what_a_controller_writes() -> None:
-    pipe = star(FastPipeline())
+    pipe = star(Pipeline(compiled=True))
     frame = contribution(1, 0)
     pipe.process_batch(FrameBatch.of([(1, frame), (2, contribution(2, 0)), (3, b"\0" * 10)]))
     assert pipe.port_rx.packets[1:4] == [1, 1, 1]
@@ -150,7 +149,7 @@ def test_counters_are_the_kernels_and_keep_what_a_controller_writes() -> None:
 def test_readers_under_the_lock_see_whole_batches() -> None:
     """While batches run in one thread, a reader holding the lock always finds every packet
     accounted for (docs/protocol.md section 9): counters never show half a batch."""
-    pipe = star(FastPipeline(), 4)
+    pipe = star(Pipeline(compiled=True), 4)
     batches = [
         FrameBatch.of([(w, contribution(w, c)) for c in range(i, i + 8) for w in (1, 2, 3, 4)])
         for i in range(0, 400, 8)
@@ -187,7 +186,7 @@ def test_a_batch_whose_copies_outgrow_the_output_is_finished() -> None:
     the output's first size; every frame is processed once and all copies come out."""
     frames = [(1, contribution(1, c, value=c)) for c in range(100)]
     outs = []
-    for pipe in (Pipeline(), FastPipeline()):
+    for pipe in (Pipeline(), Pipeline(compiled=True)):
         star(pipe, 1)
         pipe.multicast.modify(1, [(p, 0) for p in range(600)])
         out = pipe.process_batch(FrameBatch.of(frames))
@@ -232,7 +231,7 @@ def test_kernel_constants_are_the_enums_and_key_numbas_cache() -> None:
 
 @pytest.fixture
 def server() -> Iterator[P4RuntimeServer]:
-    with P4RuntimeServer(FastPipeline(), address="127.0.0.1:0") as srv:
+    with P4RuntimeServer(Pipeline(compiled=True), address="127.0.0.1:0") as srv:
         yield srv
 
 

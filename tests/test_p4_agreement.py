@@ -11,6 +11,7 @@ from inaemu.controller.jobs import MAX_EPOCH
 from inaemu.p4 import constants
 from inaemu.p4.info import load_p4info, p4info_diff
 from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.state import CellFields, LpmTable
 from tests import p4source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +91,10 @@ def test_every_object_is_id_pinned() -> None:
 
 
 def test_softswitch_serves_the_same_objects() -> None:
-    """The softswitch's tables and counters are exactly the P4Info's, with the same sizes."""
+    """The softswitch's tables and counters are exactly the P4Info's, with the same sizes,
+    defaults and match kinds (its state is built from the P4Info); the counters' sizes are the
+    constants the compiled engine lays its counter array out by; its registers are the
+    Aggregation control's, cell fields (`CellFields`) and all."""
     p4info = load_p4info()
     pipe = Pipeline()
     assert {t.name: t.size for t in p4info.tables.values()} == {
@@ -105,9 +109,32 @@ def test_softswitch_serves_the_same_objects() -> None:
         if t.const_default_action_id
     }
     assert const_default == {n: t.default.name for n, t in pipe.tables.items() if t.const_default}
-    regs = {r.preamble.name: r.size for r in p4info.message.registers}
-    assert regs["InaIngress.agg.reg_lanes"] == pipe.registers.lanes.size
-    assert regs["InaIngress.agg.reg_bitmap"] == len(pipe.registers.bitmap)
+    assert {n: t.default.name for n, t in pipe.tables.items()} == {
+        "InaIngress.loss.ina_loss": "no_loss",
+        "InaIngress.agg.ina_job": "miss",
+        "InaIngress.agg.ina_child": "miss",
+        "InaIngress.fwd.ipv4_lpm": "drop",
+        "InaEgress.rewrite.ina_egress": "not_host",
+    }
+    assert [n for n, t in pipe.tables.items() if isinstance(t, LpmTable)] == [
+        "InaIngress.fwd.ipv4_lpm"
+    ]
+    sizes = {c.alias: c.size for c in p4info.counters.values()}
+    assert sizes == {
+        "ina_events": constants.INA_EVENTS,
+        "port_rx": constants.INA_PORTS,
+        "ina_drops": constants.INA_DROP_REASONS,
+        "port_tx": constants.INA_PORTS,
+    }
+    regs = {r.preamble.name.rsplit(".", 1)[1]: r for r in p4info.message.registers}
+    cells = 2 * constants.INA_SLOTS
+    assert {f"reg_{name}" for name in CellFields._fields} | {"reg_lanes", "reg_owner"} == set(regs)
+    for name in CellFields._fields:
+        assert regs[f"reg_{name}"].size == cells == len(getattr(pipe.registers, name))
+        assert regs[f"reg_{name}"].type_spec.bitstring.bit.bitwidth <= 32  # an int64 column
+    assert regs["reg_lanes"].size == pipe.registers.lanes.size == cells * wire.K
+    assert regs["reg_lanes"].type_spec.bitstring.bit.bitwidth == wire.LANE_BITS
+    assert regs["reg_bitmap"].type_spec.bitstring.bit.bitwidth == wire.MAX_FANIN
 
 
 def test_slot_owner_layout() -> None:

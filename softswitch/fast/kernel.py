@@ -1,14 +1,15 @@
 """The compiled per-packet path: one numba function runs a whole batch of frames.
 
-`process_frames` is `Pipeline._process` (softswitch/pipeline.py) over a batch, decision for
-decision and in the same order: parser, loss injection, aggregation or IPv4 forwarding,
+`process_frames` is `ReferenceEngine._process` (softswitch/reference.py) over a batch,
+decision for decision and in the same order: parser, loss injection, aggregation or IPv4 forwarding,
 ingress counters, the traffic manager (multicast, drop, unicast), egress rewrite, egress
 counters and the IPv4 checksum. What it reads and writes are flat numpy arrays: the tables
 as open-addressing hash tables (`tables.py` builds them from the Python tables), the
-registers as a (cells, 5) int64 array plus the owners and the (cells, K) int32 lanes, the
-counters as per-batch increments that `pipeline.py` adds to the Python counters afterwards.
+registers as a (cells, fields) int64 array plus the owners and the (cells, K) int32 lanes, the
+counters as per-batch increments that `engine.py` adds to the Python counters afterwards.
 
-Numbers the kernel takes from elsewhere (wire layout, drop reasons, events, counter sizes)
+Numbers the kernel takes from elsewhere (wire layout, drop reasons, events, counter sizes,
+the registers' columns)
 reach it through `Constants`, which `make_kernel` closes over: numba keys its on-disk cache on
 the closure's values as well as on this file, so a change to p4/constants.py or
 common/wire.py recompiles instead of loading a stale kernel. Functions here at module level
@@ -54,14 +55,12 @@ from inaemu.p4.constants import (
     DropReason,
     Event,
 )
+from inaemu.softswitch.state import CELL, CellFields
 
 # The hash tables, in the order of `CompiledTables.slices` (tables.py).
 T_LOSS, T_JOB, T_CHILD, T_EGRESS, T_LPM, T_MCAST = range(6)
 N_TABLES = 6
 PARAMS_WIDTH = 7  # the widest action (agg_node)
-# Register columns of `cells` (one row per cell), as the Registers fields.
-R_BITMAP, R_COUNT, R_CONTRIB, R_STATE, R_SEQ = range(5)
-N_CELL_FIELDS = 5
 # misc[]: scalars of the compiled tables.
 M_LPM_DEFAULT, M_MAX_REPLICAS = range(2)
 N_MISC = 2
@@ -97,6 +96,7 @@ class Constants(NamedTuple):
     ip_off: int
     udp_off: int
     ina_off: int
+    reg: CellFields  # each register's column in `cells` (state.CELL)
     at: InaLayout  # the INA fields' offsets from ina_off
     lanes_off: int
     frame_end: int
@@ -156,6 +156,7 @@ def constants() -> Constants:
         ip_off=ip_off,
         udp_off=udp_off,
         ina_off=INA_OFFSET,
+        reg=CELL,
         at=INA_AT,
         lanes_off=lanes_off,
         frame_end=lanes_off + LANES_BYTES,
@@ -402,7 +403,8 @@ def _aggregate(
     ctr: Any,
     c: Constants,
 ) -> tuple[int, int, int, bool]:
-    """Aggregation: (drop reason, egress_spec, mcast_grp, consumed), as Pipeline._aggregate."""
+    """Aggregation: (drop reason, egress_spec, mcast_grp, consumed), as the reference's
+    `_aggregate`."""
     ina = p + c.ina_off
     at = c.at
     ver_flags = i64(buf[ina + at.ver_flags])
@@ -441,8 +443,8 @@ def _aggregate(
     if cell < 0 or cell >= cells.shape[0]:
         return c.drop.SLOT_RANGE, 0, 0, False
     owner_key = (job_id << 32) | (epoch << 16) | (seq >> 16)
-    state = i64(cells[cell, R_STATE])
-    stored_contrib = i64(cells[cell, R_CONTRIB])
+    state = i64(cells[cell, c.reg.state])
+    stored_contrib = i64(cells[cell, c.reg.contrib])
     lanes_at = p + c.lanes_off
     ev = c.events_at
     ne = c.events_n
@@ -451,16 +453,16 @@ def _aggregate(
         # A result coming down from the parent.
         if is_root == 1 or ingress_port != parent_port:
             return c.drop.UNEXPECTED_RESULT, 0, 0, False
-        if owner[slot_addr] != owner_key or seq != cells[cell, R_SEQ]:
+        if owner[slot_addr] != owner_key or seq != cells[cell, c.reg.seq]:
             return c.drop.STALE, 0, 0, False
-        if cells[cell, R_COUNT] != fanin:
+        if cells[cell, c.reg.count] != fanin:
             # This node's round is not complete: the parent's result cannot include it.
             return c.drop.UNEXPECTED_RESULT, 0, 0, False
         for j in range(c.k):
             lanes[cell, j] = _lane(buf, lanes_at + 4 * j)
         state = c.state_ready | (c.state_overflow if flags & c.flag.OVERFLOW else 0)
-        cells[cell, R_STATE] = state
-        cells[cell, R_CONTRIB] = contrib
+        cells[cell, c.reg.state] = state
+        cells[cell, c.reg.contrib] = contrib
         _count(ctr, ev, ne, c.event.PARENT_RESULT, length)
         return c.drop.NONE, 0, child_mgid, False
 
@@ -474,18 +476,18 @@ def _aggregate(
     if owner[slot_addr] != owner_key:
         # 1. A new owner (job, installation or run) takes the slot over: lazy reset.
         owner[slot_addr] = owner_key
-        for f in (R_BITMAP, R_COUNT, R_STATE, R_SEQ):
+        for f in (c.reg.bitmap, c.reg.count, c.reg.state, c.reg.seq):
             cells[cell, f] = 0
             cells[other, f] = 0
         state = 0
         stored_contrib = 0
         _count(ctr, ev, ne, c.event.TAKEOVER, length)
     child_bit = ((1 << child_index) & 0xFFFFFFFF) if 0 <= child_index < 32 else 0
-    bitmap = i64(cells[cell, R_BITMAP])
-    count = i64(cells[cell, R_COUNT])
-    stored_seq = i64(cells[cell, R_SEQ])
-    other_bitmap = i64(cells[other, R_BITMAP])
-    other_count = i64(cells[other, R_COUNT])
+    bitmap = i64(cells[cell, c.reg.bitmap])
+    count = i64(cells[cell, c.reg.count])
+    stored_seq = i64(cells[cell, c.reg.seq])
+    other_bitmap = i64(cells[other, c.reg.bitmap])
+    other_count = i64(cells[other, c.reg.count])
 
     if bitmap & child_bit and seq != stored_seq:
         return c.drop.STALE, 0, 0, False  # 2. not a retransmission: older than this use
@@ -512,8 +514,8 @@ def _aggregate(
         return c.drop.AHEAD, 0, 0, False
 
     # 7. A new contribution.
-    cells[cell, R_BITMAP] = bitmap | child_bit
-    cells[other, R_BITMAP] = other_bitmap & ~child_bit & 0xFFFFFFFF
+    cells[cell, c.reg.bitmap] = bitmap | child_bit
+    cells[other, c.reg.bitmap] = other_bitmap & ~child_bit & 0xFFFFFFFF
     _count(ctr, ev, ne, c.event.CONTRIBUTION, length)
     overflow = False
     row = lanes[cell]
@@ -523,7 +525,7 @@ def _aggregate(
         count = 1
         new_contrib = contrib
         state = 0
-        cells[cell, R_SEQ] = seq
+        cells[cell, c.reg.seq] = seq
         _count(ctr, ev, ne, c.event.FIRST, length)
     else:
         if opcode == c.op.SUM:
@@ -569,9 +571,9 @@ def _aggregate(
             _count(ctr, ev, ne, c.event.COMPLETE_UP, length)
     else:
         consumed = True
-    cells[cell, R_COUNT] = count
-    cells[cell, R_CONTRIB] = new_contrib
-    cells[cell, R_STATE] = state
+    cells[cell, c.reg.count] = count
+    cells[cell, c.reg.contrib] = new_contrib
+    cells[cell, c.reg.state] = state
     return c.drop.NONE, egress_spec, mcast_grp, consumed
 
 
@@ -668,7 +670,7 @@ def make_kernel(c: Constants) -> Callable[..., KernelResult]:
         out_n: int,
         out_used: int,
     ) -> KernelResult:
-        """Frames start .. n-1 of the input, each as Pipeline._process; what they emit is
+        """Frames start .. n-1 of the input, each as ReferenceEngine._process; what they emit is
         appended to the output arrays. Stops early, before a frame whose worst-case output
         might not fit (a copy per replica of the largest multicast group): returns (the next
         frame to process, output frames, output bytes, counts in `touched`), and the caller

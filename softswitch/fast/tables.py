@@ -40,8 +40,7 @@ from inaemu.softswitch.fast.kernel import (
     T_MCAST,
     fill_hash,
 )
-from inaemu.softswitch.pipeline import Pipeline
-from inaemu.softswitch.state import ActionCall, TableEntry
+from inaemu.softswitch.state import ActionCall, PipelineState, TableEntry
 
 I64 = npt.NDArray[np.int64]
 
@@ -97,7 +96,7 @@ def _lpm_row(call: ActionCall) -> tuple[int, ...]:
     return (0,)
 
 
-def compile_tables(pipe: Pipeline) -> CompiledTables:
+def compile_tables(pipe: PipelineState) -> CompiledTables:
     """The arrays for `pipe`'s current tables and multicast groups (call under its lock)."""
     b = _Builder()
     for key, e in pipe.ina_loss.entries.items():

@@ -1,0 +1,241 @@
+"""The compiled engine: a `PipelineState`'s frames run by the kernel, a batch per call.
+
+`Pipeline(compiled=True)` runs this engine over the same state as the reference
+(softswitch/state.py): the same tables, multicast groups, counters, `lock`, `seed` and
+`reset_state()`, which the P4Runtime server, plans, fabrics and conformance targets use
+unchanged; only `process` and `process_batch` differ: a batch goes through
+`kernel.process_frames` in one call.
+
+What it does with each piece of the state:
+
+- **Tables and multicast groups** stay Python objects (the control plane's); the kernel reads
+  arrays compiled from them (`tables.compile_tables`). Any change is seen before the next frame:
+  the table methods (insert, modify, delete, set_default) count a change in the state's
+  `ChangeLog`, and so does every release of `lock` by the control plane (the P4Runtime server
+  changes entries and groups in place under it); a batch that finds the count moved, or that
+  runs while its own thread holds the lock, compiles the tables again first (microseconds to
+  milliseconds: tables are small).
+- **Counters** stay the Python `CounterArray`s and the direct counter in each `ina_child`
+  entry: the kernel counts a batch into a zeroed array, and the batch ends by adding what it
+  counted to them, under the lock. A reader holding the lock sees every frame processed so
+  far; a counter written over P4Runtime keeps its new value.
+- **Registers** are the state's in their array storage (`Registers(arrays=True)`), which the
+  kernel reads and writes in place.
+
+The kernel is compiled once and cached on disk by numba; `warm_up` loads it (or compiles it)
+once per process and says which; the first engine made in a process calls it, and
+`python -m inaemu.softswitch` before its READY line.
+"""
+
+from __future__ import annotations
+
+import _thread
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from inaemu.softswitch.batch import MAX_FRAME, FrameBatch
+from inaemu.softswitch.fast.kernel import M_MAX_REPLICAS, constants, make_kernel
+from inaemu.softswitch.fast.tables import CompiledTables, compile_tables
+from inaemu.softswitch.state import CounterArray, PipelineState, TableEntry
+
+_CONSTANTS = constants()
+_KERNEL: Any = None
+
+
+def _kernel() -> Any:
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = make_kernel(_CONSTANTS)
+    return _KERNEL
+
+
+# ---------------------------------------------------------------------- the engine
+
+
+class CompiledEngine:
+    """Runs frames through `state` with the compiled kernel, a batch per call
+    (`Pipeline(compiled=True)`; module doc)."""
+
+    def __init__(self, state: PipelineState) -> None:
+        assert state.registers.arrays, "the kernel runs on the registers as arrays"
+        self.state = state
+        c = _CONSTANTS
+        self._ctr = np.zeros((c.counters_n, 2), np.int64)
+        layout = (
+            (state.ina_events, c.events_at, c.events_n),
+            (state.port_rx, c.rx_at, c.ports_n),
+            (state.ina_drops, c.drops_at, c.drops_n),
+            (state.port_tx, c.tx_at, c.ports_n),
+        )
+        assert all(counter.size == size for counter, _at, size in layout)
+        self._ctr_index: list[tuple[CounterArray, int]] = [
+            (counter, i) for counter, _at, size in layout for i in range(size)
+        ]
+        assert len(self._ctr_index) == c.counters_n
+        self._tables: CompiledTables | None = None
+        self._tables_version = -1
+        self._row_ctr = np.zeros((1, 2), np.int64)
+        self._touched = np.zeros((1, 3), np.int64)
+        self._child_entries: dict[int, TableEntry] = {}
+        self._no_draws = np.zeros(1, np.int64)
+        self._one = _empty_batch(1, MAX_FRAME)  # process(): one frame in, its copies out
+        self._one.offset[0] = 0
+        self._one.n = 1
+        self._one_out = _empty_batch(8, 8 * MAX_FRAME)
+        warm_up()  # the first in this process loads or compiles the kernel: no packet waits
+
+    # ------------------------------------------------------------------ packets
+
+    def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """One frame: a batch of one, through arrays kept for the purpose (what it emits is
+        copied out as bytes before the next call)."""
+        size = len(frame)
+        one = self._one
+        if size > len(one.buf):
+            return list(self.process_batch(FrameBatch.of([(ingress_port, frame)])))
+        lock = self.state.lock
+        _thread.RLock.acquire(lock)  # the arrays are shared: one caller at a time
+        try:
+            one.buf[:size] = np.frombuffer(frame, np.uint8)
+            one.length[0] = size
+            one.port[0] = ingress_port
+            return list(self._batch(one, self._one_out))
+        finally:
+            _thread.RLock.release(lock)
+
+    def process_batch(self, batch: FrameBatch) -> FrameBatch:
+        """Every frame of `batch` in order, as the reference would; the emitted frames."""
+        return self._batch(batch, None)
+
+    def _batch(self, batch: FrameBatch, out: FrameBatch | None) -> FrameBatch:
+        lock = self.state.lock
+        _thread.RLock.acquire(lock)  # as the data plane: no change counted
+        try:
+            # lock.holds > 0 here means this very thread holds it as the control plane (the
+            # lock excludes every other thread), and may have changed a table just now.
+            version = self.state.changes.version
+            if lock.holds or self._tables is None or self._tables_version != version:
+                self._compile()
+            return self._run(batch, out)
+        finally:
+            _thread.RLock.release(lock)
+
+    def _compile(self) -> None:
+        self._tables_version = self.state.changes.version
+        tables = compile_tables(self.state)
+        self._tables = tables
+        self._row_ctr = np.zeros((len(tables.params), 2), np.int64)
+        self._touched = np.zeros((len(self._ctr) + len(tables.params), 3), np.int64)
+        self._child_entries = dict(tables.child_rows)
+
+    def _draws(self, batch: FrameBatch, loss_ports: list[int]) -> npt.NDArray[np.int64]:
+        """Each frame's loss-injection draw, from its port's generator in arrival order (the
+        reference draws one per frame of a port with an ina_loss entry)."""
+        if not loss_ports:
+            return self._no_draws
+        n = batch.n
+        ports = batch.port[:n]
+        draws = np.zeros(n, np.int64)
+        for port in set(np.unique(ports).tolist()) & set(loss_ports):
+            mask = ports == port
+            draws[mask] = self.state.loss_rng(port).integers(0, 0xFFFFFFFF, size=int(mask.sum()))
+        return draws
+
+    def _run(self, batch: FrameBatch, out: FrameBatch | None) -> FrameBatch:
+        """The kernel over `batch`, into `out` (cleared) or a new batch."""
+        tables = self._tables
+        assert tables is not None
+        n = batch.n
+        in_buf, in_off, in_len, in_port = _inputs(batch)
+        draws = self._draws(batch, tables.loss_ports)
+        worst = max(1, int(tables.misc[M_MAX_REPLICAS]))
+        if out is None:
+            out = _empty_batch(2 * n + worst, 2 * batch.used_bytes + worst * MAX_FRAME)
+        regs = self.state.registers
+        kernel = _kernel()
+        done, frames, used = 0, 0, 0
+        while True:
+            done, frames, used, counted = kernel(
+                in_buf, in_off, in_len, in_port, n, done, draws,
+                tables.hkeys, tables.hvals, tables.slices, tables.params, tables.mc_ports,
+                tables.plens, tables.misc,
+                regs.cells, regs.owner, regs.lanes, self._ctr, self._row_ctr, self._touched,
+                out.buf, out.offset, out.length, out.port, frames, used,
+            )  # fmt: skip
+            out.n = frames
+            self._add_counts(counted)
+            if done >= n:
+                return out
+            # The next frame's copies might not fit: room for all the rest, at worst.
+            out.reserve(worst * (n - done), worst * int(in_len[done:n].sum()))
+
+    def _add_counts(self, counted: int) -> None:
+        """Add what the kernel counted (in `_touched`) to the Python counters."""
+        if not counted:
+            return
+        index = self._ctr_index
+        entries = self._child_entries
+        first_row = len(index)
+        for i, packets, nbytes in self._touched[:counted].tolist():
+            if i < first_row:
+                counter, j = index[i]
+                counter.packets[j] += packets
+                counter.bytes[j] += nbytes
+            else:
+                entry = entries[i - first_row]
+                entry.packets += packets
+                entry.bytes += nbytes
+
+
+def _empty_batch(capacity: int, buf_bytes: int) -> FrameBatch:
+    """A FrameBatch with uninitialised arrays (the kernel writes every byte it hands out)."""
+    out = FrameBatch(0, 0)
+    out.buf = np.empty(buf_bytes, np.uint8)
+    out.offset = np.empty(capacity, np.int64)
+    out.length = np.empty(capacity, np.int32)
+    out.port = np.empty(capacity, np.int32)
+    return out
+
+
+def _inputs(batch: FrameBatch) -> tuple[Any, Any, Any, Any]:
+    """The batch's arrays with the dtypes the kernel was compiled for (no copy if they are)."""
+    buf = batch.buf
+    if buf.dtype != np.uint8 or not buf.flags.writeable or not buf.flags.c_contiguous:
+        buf = np.array(buf, np.uint8)
+    return (
+        buf,
+        np.ascontiguousarray(batch.offset, np.int64),
+        np.ascontiguousarray(batch.length, np.int32),
+        np.ascontiguousarray(batch.port, np.int32),
+    )
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """How the kernel got ready in this process: loaded from numba's cache, or compiled."""
+
+    source: str  # "cache" or "compiled" ("pending" while it happens)
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.seconds:.2f}s"
+
+
+_WARM: WarmUp | None = None
+
+
+def warm_up() -> WarmUp:
+    """Load or compile everything the fast path runs, once per process, now rather than on a
+    first packet (every compiled engine does on creation); how that went."""
+    global _WARM
+    if _WARM is None:
+        started = time.monotonic()
+        _WARM = WarmUp("pending", 0.0)  # the engine made here must not warm up again
+        CompiledEngine(PipelineState(arrays=True)).process_batch(FrameBatch(1, 1))
+        compiled = sum(_kernel().stats.cache_misses.values())
+        _WARM = WarmUp("compiled" if compiled else "cache", time.monotonic() - started)
+    return _WARM
