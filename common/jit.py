@@ -15,6 +15,7 @@ process and not cached (also said once).
 
 from __future__ import annotations
 
+import inspect
 import os
 import stat
 import sys
@@ -98,3 +99,28 @@ def _writable(path: Path) -> None:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+Part = str | type[tuple[Any, ...]] | tuple[type[tuple[Any, ...]], str]
+
+
+def check_parameters(kernel: Callable[..., Any], *parts: Part) -> None:
+    """Check that `kernel`'s parameters are `parts` in order: a name, every field of a
+    NamedTuple class, or every field of one with a prefix (`(Frames, "in_")`: in_buf, ...).
+
+    A kernel whose callers hand it records (NamedTuples, named and typed at the call) takes
+    them apart as separate arguments, because numba types arrays in C and a NamedTuple in
+    Python, microseconds a call; the caller passes `*record`, so the kernel's parameters must
+    be the records' fields in their order: this says so when the kernel is made, not as
+    arrays swapped at run time."""
+    expected: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            expected.append(part)
+        else:
+            record, prefix = part if isinstance(part, tuple) else (part, "")
+            expected += [prefix + name for name in record._fields]  # type: ignore[attr-defined]
+    fn = getattr(kernel, "py_func", kernel)
+    got = list(inspect.signature(fn).parameters)
+    if got != expected:
+        raise TypeError(f"{fn.__qualname__}: parameters {got} are not the records' {expected}")

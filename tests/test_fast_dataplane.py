@@ -200,9 +200,9 @@ def test_a_batch_whose_copies_outgrow_the_output_is_finished() -> None:
 
 def test_kernel_constants_are_the_enums_and_key_numbas_cache() -> None:
     """The kernel names every drop reason, event, flag and opcode by the enums' own names and
-    values (built from them, not listed again); numba keys its cache on the closed-over
-    constants as pickled, so a value changed is a new key, and the key is the same in every
-    process (else every process would compile again)."""
+    values (built from them, not listed again); numba keys its cache on the kernel's closure
+    as pickled, which is these constants and nothing else: a value changed is a new key, and
+    the key is the same in every process (else every process would compile again)."""
     from numba.core import serialize
 
     from inaemu.common.wire import Flag
@@ -215,8 +215,12 @@ def test_kernel_constants_are_the_enums_and_key_numbas_cache() -> None:
     drops = cast(Any, c.drop)
     renumbered = c._replace(drop=type(drops)(*(v + 1 for v in drops)))
     assert dumps((renumbered,)) != dumps((c,)) == dumps((constants(),))
-    code = "from numba.core.serialize import dumps; from inaemu.softswitch.fast.kernel import "
-    code += "constants; print(dumps((constants(),)).hex())"
+    # what numba's cache key hashes: the kernel's closure, as pickled in a fresh process
+    code = (
+        "from numba.core.serialize import dumps; from inaemu.softswitch.fast import engine; "
+        "f = engine._kernel().dispatcher.py_func; "
+        "print(dumps(tuple(x.cell_contents for x in f.__closure__)).hex())"
+    )
     keys = {
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
@@ -224,6 +228,24 @@ def test_kernel_constants_are_the_enums_and_key_numbas_cache() -> None:
         for _ in range(2)
     }
     assert keys == {dumps((c,)).hex()}
+
+
+def test_a_kernel_whose_parameters_are_not_its_records_fields_is_refused() -> None:
+    """Callers hand the kernel records (`*frames`, in the fields' order): a kernel whose
+    parameters are in another order would take one array for another, so it is refused as it
+    is made (the batch kernel is checked so in make_kernel)."""
+    from inaemu.common.jit import check_parameters
+    from inaemu.softswitch.batch import Frames
+
+    def swapped(in_buf: object, in_length: object, in_offset: object, in_port: object) -> None:
+        pass
+
+    def named(in_buf: object, in_offset: object, in_length: object, in_port: object) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="are not the records'"):
+        check_parameters(swapped, (Frames, "in_"))
+    check_parameters(named, (Frames, "in_"))
 
 
 # ---------------------------------------------------------------------- P4Runtime

@@ -32,21 +32,20 @@ from __future__ import annotations
 import _thread
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.softswitch.batch import MAX_FRAME, FrameBatch
-from inaemu.softswitch.fast.kernel import M_MAX_REPLICAS, constants, make_kernel
+from inaemu.softswitch.batch import MAX_FRAME, FrameBatch, Frames
+from inaemu.softswitch.fast.kernel import BatchKernel, Work, constants, make_kernel
 from inaemu.softswitch.fast.tables import CompiledTables, compile_tables
 from inaemu.softswitch.state import CounterArray, PipelineState, TableEntry
 
 _CONSTANTS = constants()
-_KERNEL: Any = None
+_KERNEL: BatchKernel | None = None
 
 
-def _kernel() -> Any:
+def _kernel() -> BatchKernel:
     global _KERNEL
     if _KERNEL is None:
         _KERNEL = make_kernel(_CONSTANTS)
@@ -80,12 +79,13 @@ class CompiledEngine:
         self._tables_version = -1
         self._row_ctr = np.zeros((1, 2), np.int64)
         self._touched = np.zeros((1, 3), np.int64)
+        self._work = self._work_record()
         self._child_entries: dict[int, TableEntry] = {}
         self._no_draws = np.zeros(1, np.int64)
-        self._one = _empty_batch(1, MAX_FRAME)  # process(): one frame in, its copies out
+        self._one = FrameBatch.empty(1, MAX_FRAME)  # process(): one frame in, its copies out
         self._one.offset[0] = 0
         self._one.n = 1
-        self._one_out = _empty_batch(8, 8 * MAX_FRAME)
+        self._one_out = FrameBatch.empty(8, 8 * MAX_FRAME)
         warm_up()  # the first in this process loads or compiles the kernel: no packet waits
 
     # ------------------------------------------------------------------ packets
@@ -128,9 +128,23 @@ class CompiledEngine:
         self._tables_version = self.state.changes.version
         tables = compile_tables(self.state)
         self._tables = tables
-        self._row_ctr = np.zeros((len(tables.params), 2), np.int64)
-        self._touched = np.zeros((len(self._ctr) + len(tables.params), 3), np.int64)
+        rows = len(tables.arrays.params)
+        self._row_ctr = np.zeros((rows, 2), np.int64)
+        self._touched = np.zeros((len(self._ctr) + rows, 3), np.int64)
+        self._work = self._work_record()
         self._child_entries = dict(tables.child_rows)
+
+    def _work_record(self) -> Work:
+        """The kernel's registers and counts (made again when either is replaced)."""
+        regs = self.state.registers
+        return Work(
+            cells=regs.cells,
+            owner=np.asarray(regs.owner, np.int64),
+            lanes=regs.lanes,
+            ctr=self._ctr,
+            row_ctr=self._row_ctr,
+            touched=self._touched,
+        )
 
     def _draws(self, batch: FrameBatch, loss_ports: list[int]) -> npt.NDArray[np.int64]:
         """Each frame's loss-injection draw, from its port's generator in arrival order (the
@@ -150,28 +164,26 @@ class CompiledEngine:
         tables = self._tables
         assert tables is not None
         n = batch.n
-        in_buf, in_off, in_len, in_port = _inputs(batch)
+        inp = _inputs(batch)
         draws = self._draws(batch, tables.loss_ports)
-        worst = max(1, int(tables.misc[M_MAX_REPLICAS]))
+        worst = max(1, tables.max_replicas)
         if out is None:
-            out = _empty_batch(2 * n + worst, 2 * batch.used_bytes + worst * MAX_FRAME)
-        regs = self.state.registers
+            out = FrameBatch.empty(2 * n + worst, 2 * batch.used_bytes + worst * MAX_FRAME)
+        work = self._work
+        if work.cells is not self.state.registers.cells:  # reset_state made new registers
+            work = self._work = self._work_record()
         kernel = _kernel()
         done, frames, used = 0, 0, 0
         while True:
             done, frames, used, counted = kernel(
-                in_buf, in_off, in_len, in_port, n, done, draws,
-                tables.hkeys, tables.hvals, tables.slices, tables.params, tables.mc_ports,
-                tables.plens, tables.misc,
-                regs.cells, regs.owner, regs.lanes, self._ctr, self._row_ctr, self._touched,
-                out.buf, out.offset, out.length, out.port, frames, used,
-            )  # fmt: skip
+                inp, n, done, draws, tables.arrays, work, out.arrays(), frames, used
+            )
             out.n = frames
             self._add_counts(counted)
             if done >= n:
                 return out
             # The next frame's copies might not fit: room for all the rest, at worst.
-            out.reserve(worst * (n - done), worst * int(in_len[done:n].sum()))
+            out.reserve(worst * (n - done), worst * int(inp.length[done:n].sum()))
 
     def _add_counts(self, counted: int) -> None:
         """Add what the kernel counted (in `_touched`) to the Python counters."""
@@ -191,27 +203,14 @@ class CompiledEngine:
                 entry.bytes += nbytes
 
 
-def _empty_batch(capacity: int, buf_bytes: int) -> FrameBatch:
-    """A FrameBatch with uninitialised arrays (the kernel writes every byte it hands out)."""
-    out = FrameBatch(0, 0)
-    out.buf = np.empty(buf_bytes, np.uint8)
-    out.offset = np.empty(capacity, np.int64)
-    out.length = np.empty(capacity, np.int32)
-    out.port = np.empty(capacity, np.int32)
-    return out
-
-
-def _inputs(batch: FrameBatch) -> tuple[Any, Any, Any, Any]:
-    """The batch's arrays with the dtypes the kernel was compiled for (no copy if they are)."""
-    buf = batch.buf
-    if buf.dtype != np.uint8 or not buf.flags.writeable or not buf.flags.c_contiguous:
-        buf = np.array(buf, np.uint8)
-    return (
-        buf,
-        np.ascontiguousarray(batch.offset, np.int64),
-        np.ascontiguousarray(batch.length, np.int32),
-        np.ascontiguousarray(batch.port, np.int32),
-    )
+def _inputs(batch: FrameBatch) -> Frames:
+    """The batch's arrays as the kernel takes them (a FrameBatch makes its index arrays with
+    the kernel's dtypes; its buffer is copied if it cannot be written in place)."""
+    frames = batch.arrays()
+    buf = frames.buf
+    if not (buf.flags.writeable and buf.flags.c_contiguous):
+        return frames._replace(buf=np.array(buf, np.uint8))
+    return frames
 
 
 @dataclass(frozen=True)
@@ -236,6 +235,6 @@ def warm_up() -> WarmUp:
         started = time.monotonic()
         _WARM = WarmUp("pending", 0.0)  # the engine made here must not warm up again
         CompiledEngine(PipelineState(arrays=True)).process_batch(FrameBatch(1, 1))
-        compiled = sum(_kernel().stats.cache_misses.values())
+        compiled = sum(_kernel().dispatcher.stats.cache_misses.values())
         _WARM = WarmUp("compiled" if compiled else "cache", time.monotonic() - started)
     return _WARM

@@ -24,12 +24,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from inaemu.common.jit import cached_njit
+from inaemu.common.jit import cached_njit, check_parameters
 from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
@@ -55,6 +56,7 @@ from inaemu.p4.constants import (
     DropReason,
     Event,
 )
+from inaemu.softswitch.batch import Frames
 from inaemu.softswitch.state import CELL, CellFields
 
 # The hash tables, in the order of `CompiledTables.slices` (tables.py).
@@ -182,6 +184,64 @@ def constants() -> Constants:
     )
 
 
+# ---------------------------------------------------------------------- the kernel's records
+
+U8s = npt.NDArray[np.uint8]
+I32s = npt.NDArray[np.int32]
+I64s = npt.NDArray[np.int64]
+
+
+class TableArrays(NamedTuple):
+    """The tables and multicast groups as the kernel reads them (`tables.compile_tables`)."""
+
+    hkeys: I64s  # every table's hash slots, back to back; -1: free
+    hvals: I64s  # the row of the key in the same slot
+    slices: I64s  # (N_TABLES, 2): each table's first slot and mask (slots - 1)
+    params: I64s  # (rows, PARAMS_WIDTH): each entry's action parameters
+    mc_ports: I64s  # multicast replicas' ports, group after group
+    plens: I64s  # the LPM prefix lengths present, longest first
+    misc: I64s  # M_LPM_DEFAULT: the row of the LPM default action; M_MAX_REPLICAS
+
+
+class Work(NamedTuple):
+    """What the kernel changes besides the output: the registers (`Registers`' arrays) and
+    the counts of a batch."""
+
+    cells: I64s  # (cells, CellFields): one row per cell
+    owner: I64s  # per slot
+    lanes: I32s  # (cells, K)
+    ctr: I64s  # (counters, 2): packets and bytes per index of [events|rx|drops|tx], zeroed
+    row_ctr: I64s  # (rows, 2): the direct counters per table row, zeroed
+    touched: I64s  # (counters + rows, 3): what a batch counted, (index, packets, bytes)
+
+
+class BatchKernel:
+    """The batch kernel (`make_kernel`) as Python calls it: its arguments
+    in records, named and typed at the call. They cross into numba as separate arguments
+    (`process_arrays`, whose parameters are the records' fields, checked as it is made): numba
+    types an array argument in C, a NamedTuple in Python (microseconds a call)."""
+
+    def __init__(self, dispatcher: Any) -> None:
+        self.dispatcher = dispatcher  # numba's: its cache statistics (`stats`)
+
+    def __call__(
+        self,
+        inp: Frames,
+        n: int,
+        start: int,
+        draws: I64s,
+        tables: TableArrays,
+        work: Work,
+        out: Frames,
+        out_n: int,
+        out_used: int,
+    ) -> KernelResult:
+        result: KernelResult = self.dispatcher(
+            *inp, n, start, draws, *tables, *work, *out, out_n, out_used
+        )
+        return result
+
+
 # ---------------------------------------------------------------------- hash tables
 
 
@@ -204,17 +264,17 @@ def fill_hash(keys: Any, vals: Any, start: int, mask: int, new_keys: Any, new_va
 
 
 @inline
-def find(keys: Any, vals: Any, slices: Any, table: int, key: int) -> int:
+def find(t: TableArrays, table: int, key: int) -> int:
     """The row of `key` in hash table `table`, or -1."""
     if key < 0:
         return -1
-    start = slices[table, 0]
-    mask = slices[table, 1]
+    start = t.slices[table, 0]
+    mask = t.slices[table, 1]
     s = _slot_of(key, mask)
     while True:
-        k = keys[start + s]
+        k = t.hkeys[start + s]
         if k == key:
-            return i64(vals[start + s])
+            return i64(t.hvals[start + s])
         if k == -1:
             return -1
         s = (s + 1) & mask
@@ -350,17 +410,7 @@ def _parse(buf: Any, p: int, n: int, c: Constants) -> tuple[bool, bool, bool]:
 
 
 @inline
-def _forward(
-    buf: Any,
-    p: int,
-    hkeys: Any,
-    hvals: Any,
-    slices: Any,
-    params: Any,
-    plens: Any,
-    misc: Any,
-    c: Constants,
-) -> tuple[int, int]:
+def _forward(buf: Any, p: int, t: TableArrays, c: Constants) -> tuple[int, int]:
     """Ipv4Forwarding: (drop reason, egress_spec)."""
     ip = p + c.ip_off
     if i64(buf[ip]) >> 4 != 4 or i64(buf[ip]) & 0x0F != 5:
@@ -369,14 +419,15 @@ def _forward(
     if ttl <= 1:
         return c.drop.TTL_EXPIRED, 0
     dst = _u32(buf, ip + 16)
-    row = i64(misc[M_LPM_DEFAULT])
-    for j in range(plens.shape[0]):
-        plen = i64(plens[j])
+    row = i64(t.misc[M_LPM_DEFAULT])
+    for j in range(t.plens.shape[0]):
+        plen = i64(t.plens[j])
         mask = (((1 << plen) - 1) << (32 - plen)) if plen else 0
-        hit = find(hkeys, hvals, slices, T_LPM, (plen << 32) | (dst & mask))
+        hit = find(t, T_LPM, (plen << 32) | (dst & mask))
         if hit >= 0:
             row = hit
             break
+    params = t.params
     if params[row, 0] == LPM_FORWARD:
         for b in range(6):  # the source MAC is the old destination MAC
             buf[p + 6 + b] = buf[p + b]
@@ -388,23 +439,11 @@ def _forward(
 
 @inline
 def _aggregate(
-    buf: Any,
-    p: int,
-    ingress_port: int,
-    length: int,
-    hkeys: Any,
-    hvals: Any,
-    slices: Any,
-    params: Any,
-    row_ctr: Any,
-    cells: Any,
-    owner: Any,
-    lanes: Any,
-    ctr: Any,
-    c: Constants,
+    buf: Any, p: int, ingress_port: int, length: int, t: TableArrays, w: Work, c: Constants
 ) -> tuple[int, int, int, bool]:
     """Aggregation: (drop reason, egress_spec, mcast_grp, consumed), as the reference's
     `_aggregate`."""
+    params, cells, owner, lanes, ctr = t.params, w.cells, w.owner, w.lanes, w.ctr
     ina = p + c.ina_off
     at = c.at
     ver_flags = i64(buf[ina + at.ver_flags])
@@ -424,7 +463,7 @@ def _aggregate(
         return c.drop.BAD_OPCODE, 0, 0, False
     if nlanes == 0 or nlanes > c.k:
         return c.drop.BAD_LANES, 0, 0, False
-    job = find(hkeys, hvals, slices, T_JOB, (job_id << 8) | tree_id)
+    job = find(t, T_JOB, (job_id << 8) | tree_id)
     if job < 0:
         return c.drop.UNKNOWN_JOB, 0, 0, False
     base = i64(params[job, 0])
@@ -466,11 +505,11 @@ def _aggregate(
         _count(ctr, ev, ne, c.event.PARENT_RESULT, length)
         return c.drop.NONE, 0, child_mgid, False
 
-    child = find(hkeys, hvals, slices, T_CHILD, (job_id << 40) | (tree_id << 32) | ingress_port)
+    child = find(t, T_CHILD, (job_id << 40) | (tree_id << 32) | ingress_port)
     if child < 0:
         return c.drop.NOT_MEMBER, 0, 0, False
-    row_ctr[child, 0] += 1
-    row_ctr[child, 1] += length
+    w.row_ctr[child, 0] += 1
+    w.row_ctr[child, 1] += length
     child_index = i64(params[child, 0])
     other = cell ^ 1
     if owner[slot_addr] != owner_key:
@@ -585,17 +624,15 @@ def _egress(
     egress_port: int,
     ina_valid: bool,
     ipv4_valid: bool,
-    hkeys: Any,
-    hvals: Any,
-    slices: Any,
-    params: Any,
+    t: TableArrays,
     ctr: Any,
     c: Constants,
 ) -> None:
     """EgressRewrite, EgressCounters and InaComputeChecksum on the copy at buf[p:]."""
     ip = p + c.ip_off
     if ina_valid:
-        row = find(hkeys, hvals, slices, T_EGRESS, egress_port)
+        row = find(t, T_EGRESS, egress_port)
+        params = t.params
         if row >= 0:
             _put(buf, p, i64(params[row, 0]), 6)
             _put(buf, ip + 16, i64(params[row, 1]), 4)
@@ -610,13 +647,14 @@ def _egress(
         _put(buf, ip + 10, _ipv4_checksum(buf, ip, c.udp_off - c.ip_off), 2)
 
 
-KernelResult = tuple[int, int, int, int]
+KernelResult = tuple[int, int, int, int]  # (next frame, output frames, output bytes, counts)
 
 
 @inline
-def _drain_counts(ctr: Any, row_ctr: Any, touched: Any) -> int:
+def _drain_counts(w: Work) -> int:
     """Move every non-zero count into `touched` as (index, packets, bytes), zeroing it; indices
     past the counters are rows of row_ctr (index - len(ctr)). Returns how many."""
+    ctr, row_ctr, touched = w.ctr, w.row_ctr, w.touched
     m = 0
     for i in range(ctr.shape[0]):
         if ctr[i, 0] or ctr[i, 1]:
@@ -637,60 +675,75 @@ def _drain_counts(ctr: Any, row_ctr: Any, touched: Any) -> int:
     return m
 
 
-def make_kernel(c: Constants) -> Callable[..., KernelResult]:
+def make_kernel(c: Constants) -> BatchKernel:
     """The batch kernel for these constants (compiled on first call, or loaded from numba's
     cache)."""
 
     @jit
-    def process_frames(
-        in_buf: Any,
-        in_off: Any,
-        in_len: Any,
-        in_port: Any,
+    def process_arrays(
+        in_buf: U8s,
+        in_offset: I64s,
+        in_length: I32s,
+        in_port: I32s,
         n: int,
         start: int,
-        draws: Any,
-        hkeys: Any,
-        hvals: Any,
-        slices: Any,
-        params: Any,
-        mc_ports: Any,
-        plens: Any,
-        misc: Any,
-        cells: Any,
-        owner: Any,
-        lanes: Any,
-        ctr: Any,
-        row_ctr: Any,
-        touched: Any,
-        out_buf: Any,
-        out_off: Any,
-        out_len: Any,
-        out_port: Any,
+        draws: I64s,
+        hkeys: I64s,
+        hvals: I64s,
+        slices: I64s,
+        params: I64s,
+        mc_ports: I64s,
+        plens: I64s,
+        misc: I64s,
+        cells: I64s,
+        owner: I64s,
+        lanes: I32s,
+        ctr: I64s,
+        row_ctr: I64s,
+        touched: I64s,
+        out_buf: U8s,
+        out_offset: I64s,
+        out_length: I32s,
+        out_port: I32s,
         out_n: int,
         out_used: int,
     ) -> KernelResult:
-        """Frames start .. n-1 of the input, each as ReferenceEngine._process; what they emit is
-        appended to the output arrays. Stops early, before a frame whose worst-case output
+        """Frames start .. n-1 of the input, each as ReferenceEngine._process, `draws[i]` the
+        loss injection's draw of frame i; what they emit is appended to the output (out_n
+        frames, out_used bytes so far). Stops early, before a frame whose worst-case output
         might not fit (a copy per replica of the largest multicast group): returns (the next
         frame to process, output frames, output bytes, counts in `touched`), and the caller
-        grows the output. What the frames counted is left in `touched` (_drain_counts)."""
+        grows the output. What the frames counted is left in `touched` (_drain_counts).
+
+        Its parameters are the records' fields (`BatchKernel`); the helpers take the tables
+        and the work arrays as records again. `c`, the constants, is the only name it closes
+        over (numba's cache key)."""
+        t = TableArrays(
+            hkeys=hkeys,
+            hvals=hvals,
+            slices=slices,
+            params=params,
+            mc_ports=mc_ports,
+            plens=plens,
+            misc=misc,
+        )
+        w = Work(cells=cells, owner=owner, lanes=lanes, ctr=ctr, row_ctr=row_ctr, touched=touched)
         worst = max(1, i64(misc[M_MAX_REPLICAS]))
-        frames_room = out_off.shape[0]
+        frames_room = out_offset.shape[0]
         bytes_room = out_buf.shape[0]
         i = start
         while i < n:
-            length = i64(in_len[i])
+            length = i64(in_length[i])
             if out_n + worst > frames_room or out_used + worst * length > bytes_room:
                 break
             port = i64(in_port[i])
-            src = i64(in_off[i])
+            src = i64(in_offset[i])
             p = out_used  # work on the first copy in place, at the end of the output
             _copy(out_buf, p, in_buf, src, length)
             ina_valid, ipv4_valid, parser_error = _parse(out_buf, p, length, c)
 
             drop_reason: int = c.drop.NONE
-            loss = find(hkeys, hvals, slices, T_LOSS, port)
+            loss = find(t, T_LOSS, port)
             if loss >= 0 and draws[i] < params[loss, 0]:
                 drop_reason = c.drop.LOSS
             egress_spec = 0
@@ -701,25 +754,10 @@ def make_kernel(c: Constants) -> Callable[..., KernelResult]:
                     drop_reason = c.drop.TRUNCATED
                 elif ina_valid:
                     drop_reason, egress_spec, mcast_grp, consumed = _aggregate(
-                        out_buf,
-                        p,
-                        port,
-                        length,
-                        hkeys,
-                        hvals,
-                        slices,
-                        params,
-                        row_ctr,
-                        cells,
-                        owner,
-                        lanes,
-                        ctr,
-                        c,
+                        out_buf, p, port, length, t, w, c
                     )
                 elif ipv4_valid:
-                    drop_reason, egress_spec = _forward(
-                        out_buf, p, hkeys, hvals, slices, params, plens, misc, c
-                    )
+                    drop_reason, egress_spec = _forward(out_buf, p, t, c)
                 else:
                     drop_reason = c.drop.NOT_IPV4
             if drop_reason != c.drop.NONE or consumed:
@@ -731,7 +769,7 @@ def make_kernel(c: Constants) -> Callable[..., KernelResult]:
 
             # Traffic manager: multicast wins, then the drop port, then unicast.
             if mcast_grp != 0:
-                group = find(hkeys, hvals, slices, T_MCAST, mcast_grp)
+                group = find(t, T_MCAST, mcast_grp)
                 copies = i64(params[group, 1]) if group >= 0 else 0
                 first = i64(params[group, 0]) if group >= 0 else 0
                 for r in range(1, copies):
@@ -740,46 +778,32 @@ def make_kernel(c: Constants) -> Callable[..., KernelResult]:
                 for r in range(copies):
                     at = p + r * length
                     egress_port = i64(mc_ports[first + r])
-                    _egress(
-                        out_buf,
-                        at,
-                        length,
-                        egress_port,
-                        ina_valid,
-                        ipv4_valid,
-                        hkeys,
-                        hvals,
-                        slices,
-                        params,
-                        ctr,
-                        c,
-                    )
-                    out_off[out_n] = at
-                    out_len[out_n] = length
+                    _egress(out_buf, at, length, egress_port, ina_valid, ipv4_valid, t, ctr, c)
+                    out_offset[out_n] = at
+                    out_length[out_n] = length
                     out_port[out_n] = egress_port
                     out_n += 1
                 out_used += copies * length
             elif egress_spec != c.drop_port:
-                _egress(
-                    out_buf,
-                    p,
-                    length,
-                    egress_spec,
-                    ina_valid,
-                    ipv4_valid,
-                    hkeys,
-                    hvals,
-                    slices,
-                    params,
-                    ctr,
-                    c,
-                )
-                out_off[out_n] = p
-                out_len[out_n] = length
+                _egress(out_buf, p, length, egress_spec, ina_valid, ipv4_valid, t, ctr, c)
+                out_offset[out_n] = p
+                out_length[out_n] = length
                 out_port[out_n] = egress_spec
                 out_n += 1
                 out_used += length
             i += 1
-        return i, out_n, out_used, _drain_counts(ctr, row_ctr, touched)
+        return i, out_n, out_used, _drain_counts(w)
 
-    return process_frames
+    check_parameters(
+        process_arrays,
+        (Frames, "in_"),
+        "n",
+        "start",
+        "draws",
+        TableArrays,
+        Work,
+        (Frames, "out_"),
+        "out_n",
+        "out_used",
+    )
+    return BatchKernel(process_arrays)
