@@ -451,19 +451,7 @@ class InaClient:
         `flat` in K lanes each, the last chunk zero-padded, and `contrib`."""
         if self.compiled:
             raw = np.empty((n_chunks, INA_BYTES), np.uint8)
-            kernels.pack_chunks(
-                flat,
-                raw,
-                _NO_HEAD,
-                first,
-                self.window,
-                self.n_trees,
-                run,
-                int(opcode),
-                self.job_id,
-                INA_VERSION << 4,
-                contrib,
-            )
+            kernels.pack_chunks(flat, raw, _NO_HEAD, self._header(first, opcode, run, contrib))
             return raw.view(INA_DTYPE).reshape(-1)
         n = flat.size
         padded = np.zeros(n_chunks * K, dtype=np.int32)
@@ -497,21 +485,21 @@ class InaClient:
         one per row, and the payloads in them)."""
         head = transport.head
         frames = np.empty((n_chunks, len(head) + INA_BYTES), np.uint8)
-        kernels.pack_chunks(
-            flat,
-            frames,
-            head,
-            first,
-            self.window,
-            self.n_trees,
-            run,
-            int(opcode),
-            self.job_id,
-            INA_VERSION << 4,
-            contrib,
-        )
+        kernels.pack_chunks(flat, frames, head, self._header(first, opcode, run, contrib))
         payloads = frames[:, len(head) :].view(INA_DTYPE).reshape(-1)
         return frames, payloads
+
+    def _header(self, first: int, opcode: Opcode, run: int, contrib: int) -> kernels.ChunkHeader:
+        return kernels.ChunkHeader(
+            first=first,
+            window=self.window,
+            n_trees=self.n_trees,
+            run=run,
+            opcode=int(opcode),
+            job_id=self.job_id,
+            ver_flags=INA_VERSION << 4,
+            contrib=contrib,
+        )
 
     def _note_state(self) -> None:
         st, rtt = self.stats, self.rtt
@@ -587,14 +575,28 @@ class _Exchange:
         self.event = -1
         self.remaining = n
         self.last_progress = client.clock()
-        # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT], a batch's RTT
-        # samples and matches (grown to the largest batch)
-        self.rtt_state = np.zeros(4, dtype=np.float64)
+        # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT, and the recursion's
+        # gains alpha, beta] (`kernels._take_results`), a batch's RTT samples and matches
+        # (grown to the largest batch)
+        self.rtt_state = np.zeros(6, dtype=np.float64)
         # with a framed transport, the frames it sends as they are (`_frames`)
         self.frames: npt.NDArray[np.uint8] | None = None
         self.framed: FramedTransport | None = None
         self.rtts = np.empty(0, dtype=np.float64)
         self.chunks = np.empty(0, dtype=np.int64)
+        # the arrays above as the kernels take them (never replaced, only changed in place)
+        self.sending = kernels.Sending(
+            sent_at=self.sent_at, tx=self.tx, deadline=self.deadline, slot_latest=self.slot_latest
+        )
+        self.results = kernels.Results(
+            done=self.done,
+            retries=self.retries,
+            result=self.result,
+            overflow=self.overflow,
+            answered_once=self.answered_once,
+        )
+        self.scratch = kernels.Scratch(rtts=self.rtts, chunks=self.chunks)
+        self.matching: kernels.Match | None = None  # made on the first batch: the run's
 
     # ---------------------------------------------------------------- sending
 
@@ -623,10 +625,7 @@ class _Exchange:
         elif c.compiled:
             assert isinstance(idx, slice)
             due = now + c.rtt.timeout(0)
-            kernels.sent_new(
-                self.sent_at, self.tx, self.deadline, self.slot_latest,
-                idx.start, idx.stop, self.first, now, due, c._tx,
-            )  # fmt: skip
+            kernels.sent_new(self.sending, idx.start, idx.stop, self.first, now, due, c._tx)
             c._tx += count
         else:
             assert isinstance(idx, slice)
@@ -885,20 +884,36 @@ class _Exchange:
         if len(self.chunks) < n:
             self.chunks = np.empty(n, dtype=np.int64)
             self.rtts = np.empty(n, dtype=np.float64)
+            self.scratch = kernels.Scratch(rtts=self.rtts, chunks=self.chunks)
         state = self.rtt_state
-        state[:] = (0.0, 0.0, 0.0, rtt.min_rtt) if rtt.srtt is None else (
-            1.0, rtt.srtt, rtt.rttvar, rtt.min_rtt
-        )  # fmt: skip
         scale = max(self.in_flight, 1)  # per_rtt
-        limited = 2 * self.in_flight >= c.cc.allowed
-        assert c.run is not None
-        status, n_new, n_over, n_rtts, base = kernels.take_results(
-            buf, offsets, c.job_id, c.run, self.expect, c.window, self.first & SEQ_CHUNK_MASK,
-            self.slot_latest,
-            self.done, self.deadline, self.retries, self.sent_at, self.result, self.overflow,
-            self.answered_once, now, self.base, self.next_new,
-            state, rtt.ALPHA / scale, rtt.BETA / scale, self.rtts, self.chunks,
+        alpha, beta = rtt.ALPHA / scale, rtt.BETA / scale
+        state[:] = (0.0, 0.0, 0.0, rtt.min_rtt, alpha, beta) if rtt.srtt is None else (
+            1.0, rtt.srtt, rtt.rttvar, rtt.min_rtt, alpha, beta
         )  # fmt: skip
+        limited = 2 * self.in_flight >= c.cc.allowed
+        matching = self.matching
+        if matching is None:
+            assert c.run is not None
+            matching = self.matching = kernels.Match(
+                job_id=c.job_id,
+                run=c.run,
+                expect=self.expect,
+                window=c.window,
+                first16=self.first & SEQ_CHUNK_MASK,
+            )
+        status, n_new, n_over, n_rtts, base = kernels.take_results(
+            buf,
+            offsets,
+            matching,
+            self.sending,
+            self.results,
+            now,
+            self.base,
+            self.next_new,
+            state,
+            self.scratch,
+        )
         if status == kernels.OTHER_RUN:  # n_new: the record's index
             at = int(offsets[n_new])
             self.other_run(buf[at : at + INA_BYTES].view(INA_DTYPE)[0])

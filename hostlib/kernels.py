@@ -14,8 +14,16 @@ two against each other, state for state and bit for bit):
 - `frame_records`, `payload_offsets`, `copy_rows`: frames onto a loopback wire's stream, and
   the INA payloads of received frames found and copied out (`transport.ina_payloads`).
 
-Records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets come from
-that dtype. No fastmath: the RTT recursion must round as Python's floats do.
+The client hands `pack_chunks`, `take_results` and `sent_new` their arrays and parameters in
+records (NamedTuples, named and typed: `ChunkHeader`, `Match`, `Sending`, `Results`,
+`Scratch`), which mypy checks at the call; each passes them on to its compiled kernel as
+separate arguments (numba types an array argument in C and a NamedTuple in Python, a
+microsecond a call), and `check_parameters` holds the kernel's parameters to the records'
+fields.
+
+INA records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets come
+from that dtype (`wire.INA_AT`). No fastmath: the RTT recursion must round as Python's
+floats do.
 
 Compiled on first use (about a second each) and cached on disk (`cache=True`: in __pycache__
 beside this file, or elsewhere: `common/jit.py`); `warm_up` loads them all.
@@ -25,11 +33,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from inaemu.common.jit import cached_njit
+from inaemu.common.jit import cached_njit, check_parameters
 from inaemu.common.wire import (
     ETHERTYPE_IPV4,
     FRAME_AT,
@@ -70,8 +79,100 @@ def _put16(r: Any, at: int, v: int) -> None:
     r[at + 1] = v & 0xFF
 
 
+# ---- records: what the client hands the kernels, named and typed (module doc)
+
+U8s = npt.NDArray[np.uint8]
+I32s = npt.NDArray[np.int32]
+I64s = npt.NDArray[np.int64]
+F64s = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+
+class ChunkHeader(NamedTuple):
+    """What an operation's chunks carry besides their values (`pack_chunks`)."""
+
+    first: int  # the operation's first chunk number in the run
+    window: int  # the job's pool (W slots)
+    n_trees: int
+    run: int
+    opcode: int
+    job_id: int
+    ver_flags: int
+    contrib: int
+
+
+class Match(NamedTuple):
+    """What tells an operation's results from other records (`_Exchange.match`)."""
+
+    job_id: int
+    run: int
+    expect: int  # the contrib every result carries (-1: any)
+    window: int
+    first16: int  # the operation's first chunk number, mod 2^16
+
+
+class Sending(NamedTuple):
+    """An exchange's per-chunk record of what went out (`_Exchange`'s arrays)."""
+
+    sent_at: F64s  # per chunk: when its latest copy went out
+    tx: I64s  # per chunk: that copy's transmission number
+    deadline: F64s  # per chunk: its timer (inf: none running)
+    slot_latest: I64s  # per slot: the latest chunk sent in it (-1: none)
+
+
+class Results(NamedTuple):
+    """An exchange's per-chunk record of what came back (`_Exchange`'s arrays)."""
+
+    done: Bools
+    retries: I32s
+    result: I32s  # (chunks, K)
+    overflow: Bools
+    answered_once: I64s  # per tree: the highest chunk answered from its only copy
+
+
+class Scratch(NamedTuple):
+    """Room for a batch's RTT samples and matches (one per record at least)."""
+
+    rtts: F64s
+    chunks: I64s
+
+
+def pack_chunks(values: I32s, out: U8s, head: U8s, header: ChunkHeader) -> None:
+    """`_pack_chunks` (its doc), the header a record."""
+    _pack_chunks(values, out, head, *header)
+
+
+def take_results(
+    buf: U8s,
+    offsets: I64s,
+    match: Match,
+    sending: Sending,
+    results: Results,
+    now: float,
+    base: int,
+    next_new: int,
+    rtt: F64s,
+    scratch: Scratch,
+) -> tuple[int, int, int, int, int]:
+    """`_take_results` (its doc), its arrays and parameters as records."""
+    status: tuple[int, int, int, int, int] = _take_results(
+        buf, offsets, *match, *sending, *results, now, base, next_new, rtt, *scratch
+    )
+    return status
+
+
+def sent_new(
+    sending: Sending, start: int, stop: int, first: int, now: float, due: float, tx0: int
+) -> None:
+    """`_sent_new` (its doc), the sending record's arrays one record."""
+    _sent_new(*sending, start, stop, first, now, due, tx0)
+
+
+# ---- the kernels (their parameters are the records' fields: `check_parameters` below)
+
+
 @_jit
-def pack_chunks(
+def _pack_chunks(
     values: Any,
     out: Any,
     head: Any,
@@ -159,7 +260,7 @@ def _match(
 
 
 @_jit
-def take_results(
+def _take_results(
     buf: Any,
     offsets: Any,
     job_id: int,
@@ -167,11 +268,12 @@ def take_results(
     expect: int,
     window: int,
     first16: int,
+    sent_at: Any,
+    tx: Any,
+    deadline: Any,
     slot_latest: Any,
     done: Any,
-    deadline: Any,
     retries: Any,
-    sent_at: Any,
     result: Any,
     overflow: Any,
     answered_once: Any,
@@ -179,8 +281,6 @@ def take_results(
     base: int,
     next_new: int,
     rtt: Any,
-    alpha: float,
-    beta: float,
     rtts: Any,
     chunks: Any,
 ) -> tuple[int, int, int, int, int]:
@@ -194,7 +294,8 @@ def take_results(
     deadline). Else TAKEN: each such chunk is done, its lanes in `result`, its
     OVERFLOW flag in `overflow`, its deadline infinite; a chunk sent once (retries 0) gives an
     RTT sample, now - sent_at, in `rtts` in record order and through RFC 6298's recursion on
-    `rtt` = [has SRTT, SRTT, RTTVAR, min RTT] with gains alpha, beta
+    `rtt` = [has SRTT, SRTT, RTTVAR, min RTT, alpha, beta] (the first four updated) with gains
+    alpha, beta
     (`RttEstimator.sample_many`), and raises its tree's `answered_once`; the base moves past
     the done chunks below `next_new`. `chunks`: room for the matches, one per record."""
     n = offsets.size
@@ -212,7 +313,7 @@ def take_results(
             return DECLINED, 0, 0, 0, base
         if i >= 0:
             done[i] = True  # marks it for the duplicate test of the records after it
-    has, srtt, rttvar, low = rtt[0], rtt[1], rtt[2], rtt[3]
+    has, srtt, rttvar, low, alpha, beta = rtt[0], rtt[1], rtt[2], rtt[3], rtt[4], rtt[5]
     n_new = n_over = n_rtts = 0
     for j in range(n):
         i = chunks[j]
@@ -256,7 +357,7 @@ def take_results(
 
 
 @_jit
-def sent_new(
+def _sent_new(
     sent_at: Any,
     tx: Any,
     deadline: Any,
@@ -326,23 +427,58 @@ def copy_rows(buf: Any, offsets: Any, out: Any) -> None:
             row[b] = buf[src + b]
 
 
+check_parameters(_pack_chunks, "values", "out", "head", ChunkHeader)
+check_parameters(
+    _take_results,
+    "buf",
+    "offsets",
+    Match,
+    Sending,
+    Results,
+    "now",
+    "base",
+    "next_new",
+    "rtt",
+    Scratch,
+)
+check_parameters(_sent_new, Sending, "start", "stop", "first", "now", "due", "tx0")
+
+
 def warm_up() -> float:
     """Load (or compile) every kernel here, so that the first operation does not wait for
     numba; the seconds it took."""
     started = time.perf_counter()
     recs = np.zeros((1, INA_BYTES), np.uint8)
     head = np.zeros(2 + INA_OFFSET, np.uint8)
+    header = ChunkHeader(
+        first=0, window=1, n_trees=1, run=0, opcode=0, job_id=0, ver_flags=0, contrib=1
+    )
     for out, h in ((recs, head[:0]), (np.zeros((1, head.size + INA_BYTES), np.uint8), head)):
-        pack_chunks(np.zeros(1, np.int32), out, h, 0, 1, 1, 0, 0, 0, 0, 1)
+        pack_chunks(np.zeros(1, np.int32), out, h, header)
     flags = np.zeros(1, np.bool_)
     times = np.zeros(1, np.float64)
     ints = np.zeros(1, np.int64)
+    sending = Sending(sent_at=times, tx=ints, deadline=times.copy(), slot_latest=ints.copy())
+    results = Results(
+        done=flags,
+        retries=np.zeros(1, np.int32),
+        result=np.zeros((1, K), np.int32),
+        overflow=flags.copy(),
+        answered_once=ints.copy(),
+    )
     take_results(
-        recs.reshape(-1), ints, 0, 0, -1, 1, 0, ints.copy(), flags, times.copy(),
-        np.zeros(1, np.int32), times, np.zeros((1, K), np.int32), flags.copy(), ints.copy(),
-        0.0, 0, 0, np.zeros(4), 0.1, 0.1, times.copy(), ints.copy(),
-    )  # fmt: skip
-    sent_new(times, ints, times.copy(), ints.copy(), 0, 0, 0, 0.0, 0.0, 0)
+        recs.reshape(-1),
+        ints.copy(),
+        Match(job_id=0, run=0, expect=-1, window=1, first16=0),
+        sending,
+        results,
+        now=0.0,
+        base=0,
+        next_new=0,
+        rtt=np.array([0.0, 0.0, 0.0, 0.0, 0.1, 0.1]),
+        scratch=Scratch(rtts=times.copy(), chunks=ints.copy()),
+    )
+    sent_new(sending, 0, 0, 0, 0.0, 0.0, 0)
     frames = np.zeros(FRAME_BYTES + 2, np.uint8)
     frame_records(recs, head, frames)
     payload_offsets(frames, ints, ints, FRAME_BYTES, INA_OFFSET, True, ints.copy())
