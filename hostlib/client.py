@@ -61,6 +61,7 @@ from typing import NoReturn, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common import jit
 from inaemu.common.wire import (
     FRAME_BYTES,
     INA_BYTES,
@@ -222,18 +223,16 @@ class ClientStats:
 
 
 def warm_up(codec: object | None = None, dtype: npt.DTypeLike = np.float32) -> float:
-    """Load the client's compiled kernels and, given `codec`, the codec's for inputs of
-    `dtype` (`codecs.warm_up`: the codec once on a small sparse array with no network); the
-    seconds it took. numba loads (or compiles) a kernel on its first call, a fraction of a
-    second per process: a worker that calls this before its first allreduce does not pay for
-    it there."""
-    started = time.perf_counter()
-    kernels.warm_up()
-    if codec is not None:
-        from inaemu.hostlib.codecs import warm_up as warm_up_codec
+    """What a worker process needs loaded, through the one warm-up (`common.jit.warm_up`): the
+    client's compiled kernels and, given `codec`, the codec's for inputs of `dtype` (the codec
+    once on a small sparse array with no network); the seconds it took. numba loads (or
+    compiles) a kernel on its first call, a fraction of a second per process: a worker that
+    calls this before its first allreduce does not pay for it there."""
+    if codec is None:
+        return jit.warm_up(kernels.load).seconds
+    from inaemu.hostlib.codecs import loader
 
-        warm_up_codec(codec, dtype)
-    return time.perf_counter() - started
+    return jit.warm_up(kernels.load, loader(codec, dtype)).seconds
 
 
 class InaClient:

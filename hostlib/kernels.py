@@ -26,19 +26,17 @@ from that dtype (`wire.INA_AT`). No fastmath: the RTT recursion must round as Py
 floats do.
 
 Compiled on first use (about a second each) and cached on disk (`cache=True`: in __pycache__
-beside this file, or elsewhere: `common/jit.py`); `warm_up` loads them all.
+beside this file, or elsewhere: `common/jit.py`); `load` loads them all (`common.jit.warm_up`).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.common.jit import cached_njit, check_parameters
+from inaemu.common.jit import check_parameters, kernel
 from inaemu.common.wire import (
     ETHERTYPE_IPV4,
     FRAME_AT,
@@ -55,14 +53,6 @@ from inaemu.common.wire import (
     K,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _jit(fn: F) -> F:
-    """numba's njit, typed: a kernel keeps its Python signature for mypy."""
-    return cached_njit(fn, nogil=True, error_model="numpy")
-
-
 VER_FLAGS, OPCODE, JOB, TREE, LANES, SLOT, CONTRIB, SEQ, VALUES = INA_AT  # wire.INA_DTYPE's
 RESULT, OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
 ETH_TYPE, IP_PROTO = FRAME_AT["eth_type"], FRAME_AT["ip_proto"]  # byte offsets in a frame
@@ -73,7 +63,7 @@ TAKEN, DECLINED, OTHER_RUN = 0, 1, 2
 OTHER_RUN_CHUNK = -2  # `_match`: a result of this job, run and chunk with another run's contrib
 
 
-@_jit
+@kernel
 def _put16(r: Any, at: int, v: int) -> None:
     r[at] = (v >> 8) & 0xFF
     r[at + 1] = v & 0xFF
@@ -171,7 +161,7 @@ def sent_new(
 # ---- the kernels (their parameters are the records' fields: `check_parameters` below)
 
 
-@_jit
+@kernel
 def _pack_chunks(
     values: Any,
     out: Any,
@@ -222,12 +212,12 @@ def _pack_chunks(
             r[at] = 0
 
 
-@_jit
+@kernel
 def _u16(buf: Any, at: int) -> Any:
     return (np.int64(buf[at]) << 8) | np.int64(buf[at + 1])
 
 
-@_jit
+@kernel
 def _match(
     buf: Any,
     at: int,
@@ -259,7 +249,7 @@ def _match(
     return chunk
 
 
-@_jit
+@kernel
 def _take_results(
     buf: Any,
     offsets: Any,
@@ -356,7 +346,7 @@ def _take_results(
     return TAKEN, n_new, n_over, n_rtts, base
 
 
-@_jit
+@kernel
 def _sent_new(
     sent_at: Any,
     tx: Any,
@@ -379,7 +369,7 @@ def _sent_new(
         slot_latest[(first + i) % window] = i
 
 
-@_jit
+@kernel
 def frame_records(payloads: Any, head: Any, out: Any) -> None:
     """out = one record per payload row, back to back: `head` (a record's length and the
     frame's Ethernet/IPv4/UDP headers) then the payload."""
@@ -394,7 +384,7 @@ def frame_records(payloads: Any, head: Any, out: Any) -> None:
             out[at + h + b] = row[b]
 
 
-@_jit
+@kernel
 def payload_offsets(
     buf: Any, offsets: Any, lengths: Any, min_length: int, skip: int, check: bool, out: Any
 ) -> int:
@@ -417,7 +407,7 @@ def payload_offsets(
     return n
 
 
-@_jit
+@kernel
 def copy_rows(buf: Any, offsets: Any, out: Any) -> None:
     """out[j] = a row's width of bytes from buf[offsets[j]]."""
     for j in range(offsets.size):
@@ -444,10 +434,9 @@ check_parameters(
 check_parameters(_sent_new, Sending, "start", "stop", "first", "now", "due", "tx0")
 
 
-def warm_up() -> float:
-    """Load (or compile) every kernel here, so that the first operation does not wait for
-    numba; the seconds it took."""
-    started = time.perf_counter()
+def load() -> None:
+    """Every kernel here loaded (or compiled): `common.jit.warm_up(load)`, once per process,
+    so that the first operation does not wait for numba."""
     recs = np.zeros((1, INA_BYTES), np.uint8)
     head = np.zeros(2 + INA_OFFSET, np.uint8)
     header = ChunkHeader(
@@ -483,4 +472,3 @@ def warm_up() -> float:
     frame_records(recs, head, frames)
     payload_offsets(frames, ints, ints, FRAME_BYTES, INA_OFFSET, True, ints.copy())
     copy_rows(frames, ints, recs)
-    return time.perf_counter() - started

@@ -27,11 +27,13 @@ def make_pipeline(dataplane: str = DEFAULT_DATAPLANE, *, seed: int = 0) -> Pipel
 
 
 def warm_up(dataplane: str) -> str:
-    """Make `dataplane` ready to take frames without a pause (the fast one loads its compiled
-    code from numba's cache, or compiles it); how that went, as the READY line's fields, e.g.
+    """What a switch process needs loaded, through the one warm-up (`common.jit.warm_up`):
+    `dataplane` ready to take frames without a pause (the fast one loads its compiled code
+    from numba's cache, or compiles it); how that went, as the READY line's fields, e.g.
     `dataplane=fast warmup=cache:0.21s`."""
     if not compiled(dataplane):
         return f"dataplane={dataplane}"
-    from inaemu.softswitch.fast.engine import warm_up as warm_up_fast
+    from inaemu.common import jit
+    from inaemu.softswitch.fast import engine
 
-    return f"dataplane=fast warmup={warm_up_fast()}"
+    return f"dataplane=fast warmup={jit.warm_up(engine.load)}"

@@ -22,20 +22,19 @@ What it does with each piece of the state:
 - **Registers** are the state's in their array storage (`Registers(arrays=True)`), which the
   kernel reads and writes in place.
 
-The kernel is compiled once and cached on disk by numba; `warm_up` loads it (or compiles it)
-once per process and says which; the first engine made in a process calls it, and
-`python -m inaemu.softswitch` before its READY line.
+The kernel is compiled once and cached on disk by numba; `load` loads it (or compiles it),
+once per process through `common.jit.warm_up`, which says which: the first engine made in a
+process asks for it, and `python -m inaemu.softswitch` before its READY line.
 """
 
 from __future__ import annotations
 
 import _thread
-import time
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common.jit import warm_up
 from inaemu.softswitch.batch import MAX_FRAME, FrameBatch, Frames
 from inaemu.softswitch.fast.kernel import BatchKernel, Work, constants, make_kernel
 from inaemu.softswitch.fast.tables import CompiledTables, compile_tables
@@ -86,7 +85,7 @@ class CompiledEngine:
         self._one.offset[0] = 0
         self._one.n = 1
         self._one_out = FrameBatch.empty(8, 8 * MAX_FRAME)
-        warm_up()  # the first in this process loads or compiles the kernel: no packet waits
+        warm_up(load)  # the first in this process loads or compiles the kernel: no packet waits
 
     # ------------------------------------------------------------------ packets
 
@@ -213,28 +212,7 @@ def _inputs(batch: FrameBatch) -> Frames:
     return frames
 
 
-@dataclass(frozen=True)
-class WarmUp:
-    """How the kernel got ready in this process: loaded from numba's cache, or compiled."""
-
-    source: str  # "cache" or "compiled" ("pending" while it happens)
-    seconds: float
-
-    def __str__(self) -> str:
-        return f"{self.source}:{self.seconds:.2f}s"
-
-
-_WARM: WarmUp | None = None
-
-
-def warm_up() -> WarmUp:
-    """Load or compile everything the fast path runs, once per process, now rather than on a
-    first packet (every compiled engine does on creation); how that went."""
-    global _WARM
-    if _WARM is None:
-        started = time.monotonic()
-        _WARM = WarmUp("pending", 0.0)  # the engine made here must not warm up again
-        CompiledEngine(PipelineState(arrays=True)).process_batch(FrameBatch(1, 1))
-        compiled = sum(_kernel().dispatcher.stats.cache_misses.values())
-        _WARM = WarmUp("compiled" if compiled else "cache", time.monotonic() - started)
-    return _WARM
+def load() -> None:
+    """The kernel loaded from numba's cache, or compiled (`common.jit.warm_up(load)`: once per
+    process; every engine asks for it as it is made)."""
+    CompiledEngine(PipelineState(arrays=True)).process_batch(FrameBatch(1, 1))

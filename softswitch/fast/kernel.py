@@ -30,7 +30,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from inaemu.common.jit import cached_njit, check_parameters
+from inaemu.common.jit import check_parameters, kernel_with
 from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
@@ -72,22 +72,13 @@ _HASH_SHIFT = 29
 # The kernel's integers: int64 throughout (numba types int64 mixed with uint64 or int32 as float).
 i64 = cast(Callable[[Any], int], np.int64)
 
-F = TypeVar("F", bound=Callable[..., Any])
-_JIT: dict[str, Any] = {"nogil": True, "_nrt": False}  # cached: common/jit.py  # _nrt: see jit()
-
-
-def jit(fn: F) -> F:
-    """numba's njit: cached on disk (numba's cache dir), without the GIL, and without numba's
-    reference counting (`_nrt=False`): nothing here allocates, and counting the references of
-    every array a helper takes costs two atomic calls per array and call, which made a hash
-    look-up 20 times slower."""
-    return cached_njit(fn, **_JIT)
-
-
-def inline(fn: F) -> F:
-    """A helper of the kernel, inlined into it by numba (called, it would take the constants
-    as 50 arguments)."""
-    return cached_njit(fn, **_JIT, inline="always")
+# Every function here: `common.jit.kernel` without numba's reference counting (`_nrt=False`):
+# nothing here allocates, and counting the references of every array a helper takes costs two
+# atomic calls per array and call, which made a hash look-up 20 times slower. The helpers of
+# the kernel are inlined into it by numba (called, they would take the constants as 50
+# arguments).
+jit = kernel_with(_nrt=False)
+inline = kernel_with(_nrt=False, inline="always")
 
 
 class Constants(NamedTuple):
