@@ -747,14 +747,14 @@ class _Exchange:
         """A batch of received records: results complete their chunks."""
         if got.dtype != INA_DTYPE:  # e.g. concatenated: numpy makes the fields native
             got = got.astype(INA_DTYPE)
-        if self.c.compiled and self.take_compiled(got, now):
-            return
-        self.take_reference(got, now)
+        if not self.c.compiled:
+            self.take_reference(got, now)
+        elif not self.take_compiled(got, now):
+            self.take_declined(got, now)
 
     def take_reference(self, got: npt.NDArray[np.void], now: float) -> None:
         """`take` without the compiled pass: in numpy for a large batch of first results,
         else record by record."""
-        c, st = self.c, self.c.stats
         if len(got) > SMALL_BATCH:
             matched = self.match_many(got)
             if (matched == OTHER_RUN).any():
@@ -766,6 +766,21 @@ class _Exchange:
             chunks = self.match(got)
             if OTHER_RUN in chunks:
                 self.other_run(got[chunks.index(OTHER_RUN)])
+        self.take_records(got, chunks, now)
+
+    def take_declined(self, got: npt.NDArray[np.void], now: float) -> None:
+        """A batch the compiled pass declined (a duplicate, a result for a chunk presumed lost,
+        a chunk twice): record by record at once. `take_first_results` declines every batch
+        the compiled pass does (the same conditions), so it is not tried."""
+        chunks = self.match(got) if len(got) <= SMALL_BATCH else self.match_many(got).tolist()
+        if OTHER_RUN in chunks:
+            self.other_run(got[chunks.index(OTHER_RUN)])
+        self.take_records(got, chunks, now)
+
+    def take_records(self, got: npt.NDArray[np.void], chunks: list[int], now: float) -> None:
+        """`take`, record by record: `chunks[j]` is the chunk record j is a result of (`match`;
+        -1 if none, never OTHER_RUN)."""
+        c, st = self.c, self.c.stats
         flags = got["ver_flags"].tolist()
         values = got["values"]
         done, deadline, lost, retries = self.done, self.deadline, self.lost, self.retries
@@ -868,11 +883,11 @@ class _Exchange:
     ) -> None:
         """`take` for records where a framed transport received them: record j at
         buf[offsets[j]:]. The compiled pass takes them in place; a batch it declines is
-        copied out and taken by the reference paths."""
+        copied out and taken record by record (`take_declined`)."""
         if not self.take_at(buf, offsets, now):
             got = np.empty((len(offsets), INA_BYTES), np.uint8)
             kernels.copy_rows(buf, offsets, got)
-            self.take_reference(got.view(INA_DTYPE).reshape(-1), now)
+            self.take_declined(got.view(INA_DTYPE).reshape(-1), now)
 
     def take_at(
         self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], now: float
