@@ -575,7 +575,7 @@ class _Exchange:
         self.remaining = n
         self.last_progress = client.clock()
         # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT, and the recursion's
-        # gains alpha, beta] (`kernels._take_results`), a batch's RTT samples and matches
+        # gains alpha, beta] (`kernels.take_results`), a batch's RTT samples and matches
         # (grown to the largest batch)
         self.rtt_state = np.zeros(6, dtype=np.float64)
         # with a framed transport, the frames it sends as they are (`_frames`)
@@ -585,7 +585,7 @@ class _Exchange:
         self.chunks = np.empty(0, dtype=np.int64)
         # the arrays above as the kernels take them (never replaced, only changed in place)
         self.sending = kernels.Sending(
-            sent_at=self.sent_at, tx=self.tx, deadline=self.deadline, slot_latest=self.slot_latest
+            sent_at=self.sent_at, deadline=self.deadline, slot_latest=self.slot_latest
         )
         self.results = kernels.Results(
             done=self.done,
@@ -595,7 +595,8 @@ class _Exchange:
             answered_once=self.answered_once,
         )
         self.scratch = kernels.Scratch(rtts=self.rtts, chunks=self.chunks)
-        self.matching: kernels.Match | None = None  # made on the first batch: the run's
+        self.sent = kernels.sent_args(self.sending, self.tx)
+        self.taking: kernels.TakeArgs | None = None  # made on the first batch (the run's)
 
     # ---------------------------------------------------------------- sending
 
@@ -624,7 +625,7 @@ class _Exchange:
         elif c.compiled:
             assert isinstance(idx, slice)
             due = now + c.rtt.timeout(0)
-            kernels.sent_new(self.sending, idx.start, idx.stop, self.first, now, due, c._tx)
+            kernels.sent_new(idx.start, idx.stop, self.first, now, due, c._tx, *self.sent)
             c._tx += count
         else:
             assert isinstance(idx, slice)
@@ -899,6 +900,7 @@ class _Exchange:
             self.chunks = np.empty(n, dtype=np.int64)
             self.rtts = np.empty(n, dtype=np.float64)
             self.scratch = kernels.Scratch(rtts=self.rtts, chunks=self.chunks)
+            self.taking = None
         state = self.rtt_state
         scale = max(self.in_flight, 1)  # per_rtt
         alpha, beta = rtt.ALPHA / scale, rtt.BETA / scale
@@ -906,27 +908,20 @@ class _Exchange:
             1.0, rtt.srtt, rtt.rttvar, rtt.min_rtt, alpha, beta
         )  # fmt: skip
         limited = 2 * self.in_flight >= c.cc.allowed
-        matching = self.matching
-        if matching is None:
+        taking = self.taking
+        if taking is None:
             assert c.run is not None
-            matching = self.matching = kernels.Match(
+            match = kernels.Match(
                 job_id=c.job_id,
                 run=c.run,
                 expect=self.expect,
                 window=c.window,
                 first16=self.first & SEQ_CHUNK_MASK,
             )
+            taking = kernels.take_args(match, self.sending, self.results, self.scratch)
+            self.taking = taking
         status, n_new, n_over, n_rtts, base = kernels.take_results(
-            buf,
-            offsets,
-            matching,
-            self.sending,
-            self.results,
-            now,
-            self.base,
-            self.next_new,
-            state,
-            self.scratch,
+            buf, offsets, now, self.base, self.next_new, state, *taking
         )
         if status == kernels.OTHER_RUN:  # n_new: the record's index
             at = int(offsets[n_new])

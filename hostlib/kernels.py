@@ -16,10 +16,11 @@ two against each other, state for state and bit for bit):
 
 The client hands `pack_chunks`, `take_results` and `sent_new` their arrays and parameters in
 records (NamedTuples, named and typed: `ChunkHeader`, `Match`, `Sending`, `Results`,
-`Scratch`), which mypy checks at the call; each passes them on to its compiled kernel as
+`Scratch`), which mypy checks where they are made; they reach the compiled kernels as
 separate arguments (numba types an array argument in C and a NamedTuple in Python, a
-microsecond a call), and `check_parameters` holds the kernel's parameters to the records'
-fields.
+microsecond a call), taken apart once per exchange for the calls made per batch
+(`take_args`, `sent_args`: `take_results(buf, offsets, now, base, next_new, rtt, *args)`),
+and `check_parameters` holds each kernel's parameters to the records' fields.
 
 INA records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets come
 from that dtype (`wire.INA_AT`). No fastmath: the RTT recursion must round as Python's
@@ -31,7 +32,7 @@ beside this file, or elsewhere: `common/jit.py`); `load` loads them all (`common
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NewType
 
 import numpy as np
 import numpy.typing as npt
@@ -105,7 +106,6 @@ class Sending(NamedTuple):
     """An exchange's per-chunk record of what went out (`_Exchange`'s arrays)."""
 
     sent_at: F64s  # per chunk: when its latest copy went out
-    tx: I64s  # per chunk: that copy's transmission number
     deadline: F64s  # per chunk: its timer (inf: none running)
     slot_latest: I64s  # per slot: the latest chunk sent in it (-1: none)
 
@@ -132,30 +132,22 @@ def pack_chunks(values: I32s, out: U8s, head: U8s, header: ChunkHeader) -> None:
     _pack_chunks(values, out, head, *header)
 
 
-def take_results(
-    buf: U8s,
-    offsets: I64s,
-    match: Match,
-    sending: Sending,
-    results: Results,
-    now: float,
-    base: int,
-    next_new: int,
-    rtt: F64s,
-    scratch: Scratch,
-) -> tuple[int, int, int, int, int]:
-    """`_take_results` (its doc), its arrays and parameters as records."""
-    status: tuple[int, int, int, int, int] = _take_results(
-        buf, offsets, *match, *sending, *results, now, base, next_new, rtt, *scratch
-    )
-    return status
+# What an exchange hands a kernel on every batch, taken apart once from its records (made
+# again when one changes): the records' fields in order, the kernel's last parameters, so that
+# a call is `take_results(buf, offsets, now, base, next_new, rtt, *args)`.
+TakeArgs = NewType("TakeArgs", tuple[Any, ...])
+SentArgs = NewType("SentArgs", tuple[Any, ...])
 
 
-def sent_new(
-    sending: Sending, start: int, stop: int, first: int, now: float, due: float, tx0: int
-) -> None:
-    """`_sent_new` (its doc), the sending record's arrays one record."""
-    _sent_new(*sending, start, stop, first, now, due, tx0)
+def take_args(match: Match, sending: Sending, results: Results, scratch: Scratch) -> TakeArgs:
+    """The records `take_results` reads and changes, for its calls."""
+    return TakeArgs((*match, *sending, *results, *scratch))
+
+
+def sent_args(sending: Sending, tx: I64s) -> SentArgs:
+    """The arrays `sent_new` sets, for its calls: `tx` per chunk its latest copy's
+    transmission number."""
+    return SentArgs((*sending, tx))
 
 
 # ---- the kernels (their parameters are the records' fields: `check_parameters` below)
@@ -250,16 +242,19 @@ def _match(
 
 
 @kernel
-def _take_results(
+def take_results(
     buf: Any,
     offsets: Any,
+    now: float,
+    base: int,
+    next_new: int,
+    rtt: Any,
     job_id: int,
     run: int,
     expect: int,
     window: int,
     first16: int,
     sent_at: Any,
-    tx: Any,
     deadline: Any,
     slot_latest: Any,
     done: Any,
@@ -267,10 +262,6 @@ def _take_results(
     result: Any,
     overflow: Any,
     answered_once: Any,
-    now: float,
-    base: int,
-    next_new: int,
-    rtt: Any,
     rtts: Any,
     chunks: Any,
 ) -> tuple[int, int, int, int, int]:
@@ -347,17 +338,17 @@ def _take_results(
 
 
 @kernel
-def _sent_new(
-    sent_at: Any,
-    tx: Any,
-    deadline: Any,
-    slot_latest: Any,
+def sent_new(
     start: int,
     stop: int,
     first: int,
     now: float,
     due: float,
     tx0: int,
+    sent_at: Any,
+    deadline: Any,
+    slot_latest: Any,
+    tx: Any,
 ) -> None:
     """New chunks start..stop-1 went out at `now`: their send time, transmission numbers from
     tx0, deadline `due`, and each is now the latest chunk of its slot."""
@@ -419,19 +410,19 @@ def copy_rows(buf: Any, offsets: Any, out: Any) -> None:
 
 check_parameters(_pack_chunks, "values", "out", "head", ChunkHeader)
 check_parameters(
-    _take_results,
+    take_results,
     "buf",
     "offsets",
-    Match,
-    Sending,
-    Results,
     "now",
     "base",
     "next_new",
     "rtt",
+    Match,
+    Sending,
+    Results,
     Scratch,
 )
-check_parameters(_sent_new, Sending, "start", "stop", "first", "now", "due", "tx0")
+check_parameters(sent_new, "start", "stop", "first", "now", "due", "tx0", Sending, "tx")
 
 
 def load() -> None:
@@ -447,7 +438,7 @@ def load() -> None:
     flags = np.zeros(1, np.bool_)
     times = np.zeros(1, np.float64)
     ints = np.zeros(1, np.int64)
-    sending = Sending(sent_at=times, tx=ints, deadline=times.copy(), slot_latest=ints.copy())
+    sending = Sending(sent_at=times, deadline=times.copy(), slot_latest=ints.copy())
     results = Results(
         done=flags,
         retries=np.zeros(1, np.int32),
@@ -455,19 +446,12 @@ def load() -> None:
         overflow=flags.copy(),
         answered_once=ints.copy(),
     )
-    take_results(
-        recs.reshape(-1),
-        ints.copy(),
-        Match(job_id=0, run=0, expect=-1, window=1, first16=0),
-        sending,
-        results,
-        now=0.0,
-        base=0,
-        next_new=0,
-        rtt=np.array([0.0, 0.0, 0.0, 0.0, 0.1, 0.1]),
-        scratch=Scratch(rtts=times.copy(), chunks=ints.copy()),
-    )
-    sent_new(sending, 0, 0, 0, 0.0, 0.0, 0)
+    match = Match(job_id=0, run=0, expect=-1, window=1, first16=0)
+    scratch = Scratch(rtts=times.copy(), chunks=ints.copy())
+    args = take_args(match, sending, results, scratch)
+    rtt = np.array([0.0, 0.0, 0.0, 0.0, 0.1, 0.1])
+    take_results(recs.reshape(-1), ints.copy(), 0.0, 0, 0, rtt, *args)
+    sent_new(0, 0, 0, 0.0, 0.0, 0, *sent_args(sending, ints))
     frames = np.zeros(FRAME_BYTES + 2, np.uint8)
     frame_records(recs, head, frames)
     payload_offsets(frames, ints, ints, FRAME_BYTES, INA_OFFSET, True, ints.copy())
