@@ -179,11 +179,10 @@ def parse_size(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from inaemu.common import args as arg
-    from inaemu.mininet.scenario import MAX_BW
+    from inaemu.mininet.scenario import BW
 
     ap = arg.ArgumentParser(description=__doc__.splitlines()[0])
-    bw = arg.Real(0.0, MAX_BW, "Mbit/s", lo_open=True)
-    ap.add_argument("--bw", type=bw, default=2.0, help="Mbit/s on every link (default 2)")
+    ap.add_argument("--bw", type=BW, default=2.0, help="Mbit/s on every link (default 2)")
     ap.add_argument("--size", type=parse_size, default=parse_size("128K"))
     ap.add_argument("--bigraph", default="bigraph:2x4", help="goals a, b, d (8 workers)")
     ap.add_argument("--torus", default="torus:3x3", help="goal c")

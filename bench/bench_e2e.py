@@ -34,7 +34,7 @@ simple_switch_grpc when bmv2 is installed (log level `--bmv2-log-level`, default
    SRTT; the switch's busiest thread: share of the run it ran and waited for a CPU
    (`sw ran+wait`; near 100 %: the switch always had work), and its CPU per packet.
 3. **what bounded each run**, judged as `inaemu mininet` judges one
-   (`mininet.accounting.classify`, docs/mininet.md "What bounded a run"): the CPU of the
+   (`runs.accounting.classify`, docs/mininet.md "What bounded a run"): the CPU of the
    switch and of every worker process and the machine's over the run (`CpuMeter`, from
    /proc), and the switch's drops outside its pipeline during it (the softswitch's own
    report, from its log; bmv2's from the kernel, `Bmv2Drops`: its receive rings, its veths'
@@ -236,7 +236,7 @@ class RunResult:
     switch_ran: float
     switch_waited: float
     switch_cost: float  # the same CPU seconds per packet into the switch
-    # what bounded it (`mininet.accounting.classify`, as `inaemu mininet` judges a run): the
+    # what bounded it (`runs.accounting.classify`, as `inaemu mininet` judges a run): the
     # veths are unshaped, so always the emulator; the reason names the switch's and workers'
     # CPU, the machine's, and the drops outside the switch's pipeline
     bound_by: str = "unknown"
@@ -385,7 +385,7 @@ def run_allreduce(
     """One allreduce of all hosts; `before`: the switch's counters before it; `switch`: its
     pid and kind; `read_drops`: its drops outside the pipeline so far. Returns the result and
     the counters after it."""
-    from inaemu.mininet.accounting import (
+    from inaemu.runs.accounting import (
         DROPS_REPORTED_WITHIN,
         CpuMeter,
         classify,
@@ -474,9 +474,9 @@ class SwitchResult:
 
 def bench_switch(kind: str, args: argparse.Namespace) -> SwitchResult | str:
     from inaemu.conformance.bmv2_target import TOOLS
-    from inaemu.mininet.accounting import Bmv2Drops, read_port_drops
     from inaemu.p4.build import compile_p4
     from inaemu.p4.tools import SIMPLE_SWITCH_GRPC, missing_tools
+    from inaemu.runs.accounting import Bmv2Drops, read_port_drops
     from inaemu.topology.builders import star
     from tests.netns import GRPC, StarNet, start_bmv2, start_softswitch
 

@@ -10,7 +10,7 @@ verified by the runner):
 
 1. **the switch's limit**: an allreduce on unshaped links (`--bw` unset) is bounded by the
    switch; the busiest link's bytes per second in it, in Mbit/s, is the bandwidth at which
-   the switch becomes the bottleneck (printed as `limit`; `mininet.accounting.capacity`, what
+   the switch becomes the bottleneck (printed as `limit`; `runs.accounting.capacity`, what
    `inaemu mininet --bw auto` measures). The softswitch's is measured for each of its data
    planes (`--dataplane`: the compiled one and the Python reference), `--probes` pairs
    interleaved, and printed side by side: the median limit of each, its spread, the ratio of
@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:
 
 from inaemu.common import args as arg  # noqa: E402
 from inaemu.common.wire import FRAME_BYTES, K  # noqa: E402
-from inaemu.mininet.accounting import (  # noqa: E402
+from inaemu.runs.accounting import (  # noqa: E402
     BW_CHECKS,
     Capacity,
     capacity,

@@ -1097,7 +1097,7 @@ def figure(
     """Left: completion time against size (or density), the emulated median with its
     min-max and the model (x, dashed); middle: the headline ratios, the model's dashed, the
     paper's number dotted; for INCEPTIONN a third panel: the training run's accuracy. The
-    marks and axes are every plot's of runs (`inaemu.mininet.marks`): an emulator-bound point
+    marks and axes are every plot's of runs (`inaemu.runs.marks`): an emulator-bound point
     hollow, axes of sizes around the sizes run (quick mode: one). The caller closes it."""
     import matplotlib
 
@@ -1105,7 +1105,7 @@ def figure(
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from inaemu.mininet import marks
+    from inaemu.runs import marks
 
     trained = paper == "inceptionn" and bool(train and train.get("ok") and train.get("curves"))
     fig, axes = plt.subplots(1, 3 if trained else 2, figsize=(18 if trained else 12, 4.8))

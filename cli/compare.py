@@ -26,18 +26,17 @@ processes do on this machine's cores, not a network's speed (the output says so)
 with `--bw` (bench/bench_collectives.py) measures under bandwidth.
 
 With `--sizes` every algorithm runs at each size, with `--repeat N` N times (the table shows
-the median and the range); each run's bottleneck accounting (`mininet.accounting`: CPU of
+the median and the range); each run's bottleneck accounting (`runs.accounting`: CPU of
 every switch and worker process and of the machine over the run, the switches' port drops
 from their logs) names what bounded it: with unshaped links always the emulator, the reason
 naming the busiest process. The run dir (`--run-dir`, by default a new one under the temp
 dir) gets `summary.json` (every run with its accounting, and the median and spread of each
-algorithm and size), `completion.png` with several sizes (`mininet.compare.completion_figure`)
+algorithm and size), `completion.png` with several sizes (`runs.compare.completion_figure`)
 and the switches' logs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import multiprocessing as mp
@@ -45,14 +44,12 @@ import os
 import queue
 import re
 import secrets
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -62,108 +59,64 @@ from typing import Any
 from inaemu.cli.compare_worker import ATTACH_TIMEOUT, AlgoResult, Task, serve
 from inaemu.cli.demo import (
     DemoError,
-    check_job_fits,
+    check_job,
+    demo_network,
     demo_topology,
-    open_wire_dir,
-    program_topology,
-    read_stats,
     run_and_report,
-    start_switches,
-    stop_switches,
+    worker_seat,
 )
 from inaemu.cli.demo_worker import JOB_ID, DemoOptions, Seat, check, reference
 from inaemu.collectives.algorithms import algorithm
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.common import args as arg
 from inaemu.common.wire import MAX_RUN
-from inaemu.controller.jobs import JobError, JobSpec
-from inaemu.controller.p4rt import Controller, ControllerError
-from inaemu.controller.stats import StatsReport
+from inaemu.controller.jobs import JobSpec
+from inaemu.embedded.network import EmbeddedNetwork
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.mininet.accounting import (
+from inaemu.runs.accounting import (
     DROPS_REPORTED_WITHIN,
     RULE,
-    Bound,
     CpuMeter,
-    Usage,
-    classify,
     drops_delta,
-    link_loads,
     read_port_drops,
 )
-from inaemu.mininet.compare import Point, plot_points, size_label
+from inaemu.runs.compare import (
+    Row,
+    Verdict,
+    groups,
+    link_delta,
+    make_row,
+    median_row,
+    plot_points,
+    points,
+    render_table,
+    size_label,
+)
 from inaemu.topology.builders import describe_roles
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES
 
-COUNTERS = ("port_rx", "port_tx")
 RUNS_DIR = "inaemu-demo"  # the default run dirs' folder, in the temp dir
-
-Counts = dict[tuple[str, str, int], tuple[int, int]]  # (switch, counter, port) -> packets, bytes
-
-
-@dataclass
-class AlgoRow:
-    """One algorithm's run on the embedded network (one of `--repeat` at one of `--sizes`)."""
-
-    algo: str
-    skipped: str = ""  # why it did not run
-    steps: int | None = None  # the schedule's steps (None: INA)
-    seconds: float = 0.0  # first start to last end over the workers
-    results: list[AlgoResult] = field(default_factory=list)
-    exact: bool = False  # identical on every worker and bit-exact vs the reference switch
-    within_bound: bool = False
-    max_error: float = 0.0
-    host_out: list[int] = field(default_factory=list)  # bytes each host sent into the network
-    links: dict[str, int] = field(default_factory=dict)  # "a:p->b" -> bytes, every direction
-    packets: int = 0  # frames into the switches, all ports
-    size: int = 0  # elements per worker
-    repeat: int = 1  # which run of this algorithm and size
-    usage: Usage | None = None  # CPU of the switches, workers and machine over the run
-    drops: dict[str, dict[str, int]] | None = None  # per switch, its port drops in the run
-    bound: Bound | None = None  # what bounded it (`accounting.classify`)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.skipped) or (self.exact and self.within_bound)
-
-    def to_json(self) -> dict[str, Any]:
-        """summary.json's row: the numbers, the accounting and the verdict."""
-        return {
-            "algo": self.algo,
-            "size": self.size,
-            "repeat": self.repeat,
-            "skipped": self.skipped,
-            "steps": self.steps,
-            "seconds": self.seconds,
-            "verified": self.ok and not self.skipped,
-            "exact": self.exact,
-            "within_bound": self.within_bound,
-            "max_abs_error": self.max_error,
-            "host_out_bytes": self.host_out,
-            "links": self.links,
-            "packets": self.packets,
-            "retransmissions": sum(r.retransmissions for r in self.results),
-            "floor_seconds": None,  # embedded links have no rate
-            "bound_by": self.bound.by if self.bound else "unknown",
-            "emulator_bound": bool(self.bound and self.bound.emulator),
-            "bound_reason": self.bound.reason if self.bound else "",
-            "accounting": {
-                "usage": None if self.usage is None else self.usage.to_json(),
-                "port_drops": self.drops,
-                "links": [
-                    asdict(x)
-                    for x in link_loads(((k, v, None) for k, v in self.links.items()), self.seconds)
-                ],
-            },
-        }
-
-    @property
-    def busiest(self) -> tuple[str, int]:
-        if not self.links:
-            return "-", 0
-        name = max(self.links, key=lambda k: self.links[k])
-        return name, self.links[name]
+# the table's columns (`runs.compare.COLUMNS`): what the embedded network measures (its
+# links have no rate: no floor, no load; its switches count packets)
+TABLE = (
+    "algorithm",
+    "size",
+    "steps",
+    "time s",
+    "min-max s",
+    "MB/host out",
+    "MB all links",
+    "busiest MB",
+    "busiest link",
+    "packets",
+    "retx",
+    "busiest process",
+    "machine",
+    "bound",
+    "max |error|",
+    "result",
+)
 
 
 @dataclass
@@ -172,14 +125,15 @@ class CompareReport:
     topology: Topology
     spec: str
     workers: tuple[str, ...]
-    rows: list[AlgoRow]
+    rows: list[Row]
     cores: int
     run_dir: Path | None = None  # where summary.json (and completion.png) went
     plot: str = ""  # completion.png's path, or why there is none
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.rows)
+        """Every run that ran verified (a skipped algorithm is no failure)."""
+        return all(r.verified or r.skipped for r in self.rows)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -190,24 +144,6 @@ class CompareReport:
         if not any(s.role in DIRECT_ROLES for s in self.topology.switches.values()):
             return ""
         return f", node ports {self.options.node_ports} (schedules built for it)"
-
-    def groups(self) -> list[list[AlgoRow]]:
-        """The runs of each (algorithm, size), in the order they first ran."""
-        out: dict[tuple[str, int], list[AlgoRow]] = {}
-        for r in self.rows:
-            out.setdefault((r.algo, r.size), []).append(r)
-        return list(out.values())
-
-    def points(self) -> list[Point]:
-        """The plot's points: each algorithm and size over its verified runs."""
-        pts = []
-        for g in self.groups():
-            if g[0].skipped:
-                continue
-            ok = [r for r in g if r.ok]
-            marked = sum(bool(r.bound and r.bound.emulator) for r in ok)
-            pts.append(Point(g[0].algo, g[0].size, len(g), [r.seconds for r in ok], [], marked))
-        return pts
 
     def render(self) -> str:
         o = self.options
@@ -223,69 +159,8 @@ class CompareReport:
             f"{len(self.topology.switches)} switch and {len(self.workers)} worker processes "
             f"on {self.cores} cores, not a network's speed (Mininet --bw measures that)",
         ]
-        spread = any(len(g) > 1 for g in self.groups())
-        head = (
-            "algorithm",
-            "size",
-            "steps",
-            "time s",
-            *(("min-max s",) if spread else ()),
-            "MB/host out",
-            "MB all links",
-            "max link MB",
-            "busiest link",
-            "packets",
-            "retx",
-            "busiest process",
-            "machine",
-            "bound",
-            "max |error|",
-            "result",
-        )
-        left = {"algorithm", "busiest link", "busiest process", "bound", "result"}
-        table: list[tuple[str, ...]] = [head]
-        for g in self.groups():
-            r = _median_run(g)
-            if r.skipped:
-                table.append((r.algo, *["-"] * (len(head) - 2), f"skipped: {r.skipped}"))
-                continue
-            where, most = r.busiest
-            bad = next((x for x in g if not x.ok), None)
-            verdict = "bit-exact, " if (bad or r).exact else "NOT bit-exact, "
-            verdict += "within bound" if (bad or r).within_bound else "BOUND NOT MET"
-            times = [x.seconds for x in g if x.ok] or [r.seconds]
-            busy = r.usage.busiest() if r.usage else None
-            machine = r.usage.machine_busy if r.usage else None
-            marked = sum(bool(x.bound and x.bound.emulator) for x in g)
-            bound = r.bound.by if r.bound else "-"
-            if 0 < marked < len(g):
-                bound = f"emulator {marked}/{len(g)}"
-            cells = {
-                "algorithm": r.algo,
-                "size": f"{r.size:,}",
-                "steps": "-" if r.steps is None else str(r.steps),
-                "time s": f"{statistics.median(times):.2f}",
-                "min-max s": f"{min(times):.2f}-{max(times):.2f}" if len(times) > 1 else "-",
-                "MB/host out": f"{max(r.host_out) / 1e6:.2f}",
-                "MB all links": f"{sum(r.links.values()) / 1e6:.2f}",
-                "max link MB": f"{most / 1e6:.2f}",
-                "busiest link": where,
-                "packets": f"{r.packets:,}",
-                "retx": f"{sum(x.retransmissions for x in r.results):,}",
-                "busiest process": f"{busy.name} {100 * busy.busy:.0f} %" if busy else "-",
-                "machine": "-" if machine is None else f"{100 * machine:.0f} %",
-                "bound": bound,
-                "max |error|": f"{max(x.max_error for x in g):.3g}",
-                "result": verdict,
-            }
-            table.append(tuple(cells[h] for h in head))
-        widths = [max(len(row[i]) for row in table if i < len(row)) for i in range(len(head))]
-        for row in table:
-            cells_ = [
-                c.ljust(widths[i]) if head[i] in left else c.rjust(widths[i])
-                for i, c in enumerate(row)
-            ]
-            lines.append("  " + "  ".join(cells_).rstrip())
+        spread = any(len(g) > 1 for g in groups(self.rows))
+        lines += ["  " + line for line in render_table(self.rows, TABLE)]
         lines.append(
             "  MB/host out: the most any host sent into its switch; links: bytes of the frames "
             "on every directed link (host links included), from the switches' port counters; "
@@ -294,10 +169,10 @@ class CompareReport:
             "time (unshaped links: the emulator)"
             + ("; with --repeat: the median run, min-max of the times" if spread else "")
         )
-        for g in self.groups():
-            r = _median_run(g)
-            if r.bound is not None and not r.skipped:
-                lines.append(f"  {r.algo} x {size_label(r.size)}: {r.bound.reason}")
+        for g in groups(self.rows):
+            r = median_row(g)
+            if not r.skipped:
+                lines.append(f"  {r.algo} x {size_label(r.size)}: {r.bound_reason}")
         if self.run_dir is not None:
             lines.append(f"  run dir: {self.run_dir} (summary.json, logs/)")
         if self.plot:
@@ -322,50 +197,8 @@ class CompareReport:
             "accounting_rule": RULE,
             "verified": self.ok,
             "rows": [r.to_json() for r in self.rows],
-            "points": [p.to_json() for p in self.points()],
+            "points": [p.to_json() for p in points(self.rows)],
         }
-
-
-def _median_run(group: Sequence[AlgoRow]) -> AlgoRow:
-    """The run whose time is the median of its group's verified runs (the lower middle one),
-    else the first."""
-    ok = sorted((r for r in group if r.ok and not r.skipped), key=lambda r: r.seconds)
-    return ok[(len(ok) - 1) // 2] if ok else group[0]
-
-
-def _counts(stats: StatsReport) -> Counts:
-    return {
-        (sw, name, port): value
-        for sw, c in stats.switches.items()
-        for (name, port), value in c.indexed.items()
-        if name in COUNTERS
-    }
-
-
-def _delta(before: Counts, after: Counts) -> Counts:
-    out: Counts = {}
-    for key, (p, b) in after.items():
-        p0, b0 = before.get(key, (0, 0))
-        out[key] = (p - p0, b - b0)
-    return out
-
-
-def _traffic(row: AlgoRow, topo: Topology, workers: Sequence[str], d: Counts) -> None:
-    """Bytes per host and per directed link from the counters' change over one run."""
-
-    def tx(sw: str, port: int) -> int:
-        return d.get((sw, "port_tx", port), (0, 0))[1]
-
-    row.host_out = []
-    for host in workers:
-        sw, port = topo.host_attachment(host)
-        row.host_out.append(d.get((sw, "port_rx", port), (0, 0))[1])
-        row.links[f"{host}->{sw}"] = row.host_out[-1]
-        row.links[f"{sw}->{host}"] = tx(sw, port)
-    for sw, ports in topo.adjacency().items():
-        for port, (peer, _) in ports.items():
-            row.links[f"{sw}->{peer}"] = row.links.get(f"{sw}->{peer}", 0) + tx(sw, port)
-    row.packets = sum(p for (_, name, _), (p, _) in d.items() if name == "port_rx")
 
 
 class _Workers:
@@ -472,13 +305,6 @@ def collective_schedules(
     return out
 
 
-def worker_seat(topo: Topology, host: str, n_trees: int) -> Seat:
-    """Where the worker on `host` sits: its switch port, its and its switch's addresses."""
-    sw, port = topo.host_attachment(host)
-    h, agg = topo.hosts[host], topo.switches[sw]
-    return Seat(sw, port, n_trees, False, (h.mac, h.ip), (agg.agg_mac, agg.agg_ip))
-
-
 def schedule_task(algo: str, run: int, sched: Schedule, topo: Topology) -> Task:
     """What every worker is handed for a host collective: the schedule and the (mac, ip) of
     each rank's host in the schedule's rank order (a worker finds its rank there:
@@ -514,7 +340,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     job = None
     if "ina" in opts.algos:
         job = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
-        check_job_fits(topo, job)
+        check_job(topo, job)
     arg.checks_done()
     run_dir = Path(opts.run_dir) if opts.run_dir else default_run_dir(spec_text)
     try:
@@ -523,30 +349,19 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
             (run_dir / stale).unlink(missing_ok=True)
     except OSError as exc:
         raise DemoError(f"--run-dir {run_dir}: {exc.strerror or exc}") from None
-    wires = open_wire_dir(opts)
     first_run = secrets.randbelow(MAX_RUN - total) + 1 if opts.run is None else opts.run
-    opts = replace(opts, workers=n, wire_dir=wires.path, run=first_run, sizes=sizes)
-    loop = asyncio.new_event_loop()
-    ctl: Controller | None = None
-    switches: dict[str, Any] = {}
     pool: _Workers | None = None
-    rows: list[AlgoRow] = []
+    rows: list[Row] = []
     finished = False
+    net = demo_network(opts, topo, workers, job, routes=True, log_dir=run_dir / "logs")
     try:
-        switches, addresses = start_switches(topo, workers, wires.path, opts, run_dir / "logs")
-        for name, address in addresses.items():
-            topo.switches[name] = replace(topo.switches[name], grpc=address)
-        try:
-            ctl, record = loop.run_until_complete(
-                program_topology(topo, job, workers, opts.loss, routes=True)
-            )
-        except (JobError, ControllerError) as exc:
-            raise DemoError(str(exc)) from None
-        n_trees = len(record.trees) if record is not None else 1
+        net.start()
+        opts = replace(opts, workers=n, wire_dir=net.wire_dir, run=first_run, sizes=sizes)
+        n_trees = len(net.record.trees) if net.record is not None else 1
         seats = [worker_seat(topo, host, n_trees) for host in workers]
-        pool = _Workers(opts, seats, lambda: all(p.poll() is None for p in switches.values()))
+        pool = _Workers(opts, seats, net.alive)
         with CpuMeter() as meter:
-            for name, proc in switches.items():
+            for name, proc in net.processes.items():
                 meter.track(proc.pid, name, "softswitch")
             for host, worker in zip(workers, pool.procs, strict=True):
                 assert worker.pid is not None
@@ -559,7 +374,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
                         sched = schedules.get(algo)
                         if isinstance(sched, str):
                             if size == sizes[0] and repeat == 1:
-                                rows.append(AlgoRow(algo, skipped=sched, size=size))
+                                rows.append(Row.skip(algo, size, opts.codec, sched))
                             continue
                         run = (first_run + i) % (MAX_RUN + 1)
                         i += 1
@@ -567,8 +382,8 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
                             again = f" (run {repeat})" if repeat > 1 else ""
                             print(f"  running {algo} x {size:,}{again} ...", file=out, flush=True)
                         row = _run_one(
-                            opts, topo, workers, pool, ctl, loop, meter, run_dir / "logs",
-                            algo, sched, run, size, ref, switches,
+                            opts, topo, workers, pool, net, meter, run_dir / "logs",
+                            algo, sched, run, size, ref,
                         )  # fmt: skip
                         row.repeat = repeat
                         rows.append(row)
@@ -581,11 +396,7 @@ def run_compare(opts: DemoOptions, out: Any = sys.stdout) -> CompareReport:
     finally:
         if pool is not None:
             pool.stop(wait=finished)
-        if ctl is not None:
-            loop.run_until_complete(ctl.close())
-        loop.close()
-        stop_switches(switches)
-        wires.cleanup()
+        net.close()
 
 
 def _run_one(
@@ -593,8 +404,7 @@ def _run_one(
     topo: Topology,
     workers: tuple[str, ...],
     pool: _Workers,
-    ctl: Controller,
-    loop: asyncio.AbstractEventLoop,
+    net: EmbeddedNetwork,
     meter: CpuMeter,
     logs: Path,
     algo: str,
@@ -602,8 +412,7 @@ def _run_one(
     run: int,
     size: int,
     ref: Any,
-    switches: Mapping[str, subprocess.Popen[str]],
-) -> AlgoRow:
+) -> Row:
     """One algorithm at one size on the running comparison: the workers' results checked
     against `ref`, the traffic from the switches' counters, the CPU over the run and the
     port drops from the switches' logs, and what bounded it."""
@@ -612,31 +421,54 @@ def _run_one(
     else:
         tasks = [replace(schedule_task(algo, run, sched, topo), size=size) for _ in workers]
     drops0 = {name: read_port_drops(logs / f"{name}.log") for name in topo.switches}
-    before = _counts(read_stats(loop, ctl, switches))
+    links0, packets0 = net.link_counters(net.read_stats())
     meter.sample()  # samples just around the run: its window is measured closely
     results = pool.run(tasks, opts.timeout)
     meter.sample()
-    after = _counts(read_stats(loop, ctl, switches))
-    row = AlgoRow(algo, steps=None if sched is None else len(sched.steps), size=size)
-    row.results = results
+    links1, packets1 = net.link_counters(net.read_stats())
     t0, t1 = min(r.start for r in results), max(r.end for r in results)
-    row.seconds = t1 - t0
-    checks = []
-    for r in results:
+    verdict = Verdict()
+    exact = within = True
+    for host, r in zip(workers, results, strict=True):
         assert r.values is not None
-        checks.append(check(ref, r.values))
+        same, error, bound, met = check(ref, r.values)
         r.values = None
-    same = len({r.digest for r in results}) == 1
-    row.exact = same and all(c[0] for c in checks)
-    row.within_bound = all(c[3] for c in checks)
-    row.max_error = max(c[1] for c in checks)
-    _traffic(row, topo, workers, _delta(before, after))
-    row.usage = meter.usage(t0, t1)
+        verdict.max_abs_error = max(error, verdict.max_abs_error, key=_low_nan)
+        if not same:
+            exact = False
+            verdict.problems.append(f"{host}: not bit-exact vs the reference switch")
+        if not met:
+            within = False
+            verdict.problems.append(f"{host}: beyond the error bound ({error:.3g} > {bound:.3g})")
+    if len({r.digest for r in results}) != 1:
+        exact = False
+        verdict.problems.append("the workers' results differ")
+    usage = meter.usage(t0, t1)
     time.sleep(max(0.0, DROPS_REPORTED_WITHIN - (time.time() - t1)))
     drops1 = {name: read_port_drops(logs / f"{name}.log") for name in topo.switches}
-    row.drops = drops_delta(drops0, drops1)
-    row.bound = classify(row.seconds, None, row.usage, row.drops, shaped=False)
+    uses = link_delta(links0, links1)
+    row = make_row(
+        algo,
+        size,
+        opts.codec,
+        "exact",  # bit for bit the reference switch's; and within the codec's bound
+        seconds=t1 - t0,
+        uses=uses,
+        bandwidths=[None] * len(uses),  # embedded links have no rate
+        hosts=workers,
+        verdict=verdict,
+        usage=usage,
+        drops=drops_delta(drops0, drops1),
+        steps=None if sched is None else len(sched.steps),
+        packets=packets1 - packets0,
+        retransmissions=sum(r.retransmissions for r in results),
+    )
+    row.exact, row.within_bound = exact, within
     return row
+
+
+def _low_nan(x: float) -> float:
+    return x if math.isfinite(x) else -math.inf
 
 
 def _write_outputs(report: CompareReport, run_dir: Path) -> None:
@@ -648,7 +480,9 @@ def _write_outputs(report: CompareReport, run_dir: Path) -> None:
             f"{report.options.codec}, embedded (unshaped) links"
         )
         try:
-            report.plot = str(plot_points(report.points(), run_dir / "completion.png", title=title))
+            report.plot = str(
+                plot_points(points(report.rows), run_dir / "completion.png", title=title)
+            )
         except RuntimeError as exc:
             report.plot = f"no plot: {exc}"
     summary["plot"] = report.plot

@@ -1,19 +1,19 @@
-"""`inaemu demo`: an emulated allreduce on the embedded softswitch, no root needed.
+"""`inaemu demo`: an emulated allreduce on the embedded softswitches, no root needed.
 
-1. starts a softswitch process (loopback wires in a private wire dir, P4Runtime on 127.0.0.1),
-2. programs it over gRPC with the controller (a star job; loss injection if asked),
-3. runs N worker processes that all-reduce a float32 array through it with a codec,
+1. starts the embedded network (`embedded.network.EmbeddedNetwork`): one softswitch process
+   (loopback wires in a private wire dir, P4Runtime on 127.0.0.1) for a star of `--workers`
+   hosts, or with `--topo SPEC` (`leaf-spine:2x2x4`, `bigraph:4x4`, ... or a topology file)
+   one per switch of the topology, joined port to port by loopback wires as its links say;
+2. programs them over gRPC with the controller (the job's trees, slot pools and groups on
+   every switch in one change, rolled back on a refusal; loss injection if asked);
+3. runs one worker process per host (or the first `--workers`) that all-reduces a float32
+   array through them with a codec;
 4. checks every worker's result (bit for bit against the reference switch, and against the
-   float64 sum within the codec's bound) and prints a report from the clients' statistics and
-   the switch's counters.
-
-With `--topo SPEC` (`leaf-spine:2x2x4`, `bigraph:4x4`, ... or a topology file), one softswitch
-process per switch of the topology, joined port to port by loopback wires in one private
-wire dir as its links say; the controller programs all of them over P4Runtime (the job's
-trees, slot pools and groups on every switch in one change, rolled back on a refusal); one
-worker process per host (or the first `--workers`); the parent checks every result once. The
-report adds each switch's packets, each link's packets each way and the trees: the root of
-each, the switches under it, and the most trees any link carries.
+   float64 sum within the codec's bound: on one switch each worker checks its own, with a
+   topology the parent checks every result once) and prints a report from the clients'
+   statistics and the switches' counters. With a topology the report adds each switch's
+   packets, each link's packets each way and the trees: the root of each, the switches under
+   it, and the most trees any link carries.
 
 Ctrl-C, SIGTERM, SIGHUP or any failure stops the workers and the switches and exits non-zero.
 A demo killed with SIGKILL cannot stop them: they stop themselves when it ends
@@ -23,23 +23,18 @@ A demo killed with SIGKILL cannot stop them: they stop themselves when it ends
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing as mp
-import os
 import queue
 import secrets
-import select
 import signal
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 from inaemu.cli.demo_options import TOPO_SIZE as TOPO_SIZE
 from inaemu.cli.demo_options import DemoError as DemoError
@@ -54,13 +49,12 @@ from inaemu.cli.demo_worker import (
 )
 from inaemu.cli.demo_worker import WorkerResult as WorkerResult
 from inaemu.common import args as arg
-from inaemu.common.loopback import WireDir
 from inaemu.common.wire import FRAME_BYTES, MAX_RUN, K
-from inaemu.controller.jobs import JobError, JobManager, JobRecord, JobSpec
-from inaemu.controller.p4rt import Controller, ControllerError
+from inaemu.controller.jobs import JobRecord, JobSpec
 from inaemu.controller.stats import StatsReport
 from inaemu.controller.trees import parents
-from inaemu.softswitch.fast.dataplanes import warm_up
+from inaemu.embedded.network import EmbeddedNetwork, check_job_fits
+from inaemu.runs.network import NetworkError
 from inaemu.topology.builders import describe_roles, star
 from inaemu.topology.model import Topology
 
@@ -196,163 +190,6 @@ def _progress_bar(done: int, total: int, started: float) -> str:
     return f"\r  [{bar}] {frac:6.1%}  {time.monotonic() - started:5.1f} s"
 
 
-def _launch(argv: list[str], log: IO[str]) -> subprocess.Popen[str]:
-    """A softswitch process that stops when this one ends (`--parent-pid`), whatever ends it.
-    Call it from the main thread (`die_with_parent` says why)."""
-    # stderr goes to a file, not a pipe: a pipe nobody drains would stall a chatty switch.
-    # The child keeps its own descriptor when ours is closed.
-    argv = [*argv, "--parent-pid", str(os.getpid())]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
-
-
-def _await_ready(proc: subprocess.Popen[str], log: IO[str], deadline: float) -> dict[str, str]:
-    """The fields of a softswitch's READY line; DemoError with its stderr if it failed."""
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0.0))
-    if not ready:
-        proc.kill()
-        proc.wait(10)
-        raise DemoError(f"the softswitch did not start within {SWITCH_START_TIMEOUT:.0f} s")
-    line = proc.stdout.readline()  # READY ... or EOF if it failed
-    if not line.startswith("READY"):
-        proc.wait(10)
-        log.seek(0)
-        raise DemoError(log.read().strip() or f"softswitch exited with {proc.returncode}")
-    return dict(kv.split("=", 1) for kv in line.split()[1:])
-
-
-def _start_switch(opts: DemoOptions) -> tuple[subprocess.Popen[str], str, str]:
-    """The softswitch process, its P4Runtime address and its wire dir (from its READY line)."""
-    warm_up(opts.dataplane)  # compiled here once if need be; the switch loads it from the cache
-    argv = [
-        sys.executable,
-        "-m",
-        "inaemu.softswitch",
-        "--grpc",
-        f"127.0.0.1:{opts.grpc_port}",
-        "--wires",
-        f"1-{opts.workers}",
-        *(["--wire-dir", opts.wire_dir] if opts.wire_dir else []),
-        "--seed",
-        str(opts.seed),
-        "--dataplane",
-        opts.dataplane,
-    ]
-    with tempfile.TemporaryFile("w+") as log:
-        proc = _launch(argv, log)
-        try:
-            fields = _await_ready(proc, log, time.monotonic() + SWITCH_START_TIMEOUT)
-        except BaseException:  # e.g. Ctrl-C while it starts
-            stop_switches({"s1": proc})
-            raise
-    return proc, fields["grpc"], fields["wire_dir"]
-
-
-def start_switches(
-    topo: Topology,
-    workers: Sequence[str],
-    wire_dir: str,
-    opts: DemoOptions,
-    log_dir: Path | None = None,
-) -> tuple[dict[str, subprocess.Popen[str]], dict[str, str]]:
-    """One softswitch process per switch, all at once: its workers' ports on host wires, its
-    links to the other switches' ports, in `wire_dir`; (processes, P4Runtime addresses).
-    Each switch's stderr goes to `log_dir`/<switch>.log (kept), else to a temporary file."""
-    host_ports: dict[str, list[int]] = {sw: [] for sw in topo.switches}
-    for host in workers:
-        home, port = topo.host_attachment(host)
-        host_ports[home].append(port)
-    adj = topo.adjacency()
-    # The fast data plane compiled here once if numba's cache lacks it: the switches then load
-    # it, rather than all compiling at once (on a fresh checkout, longer than the timeout).
-    warm_up(opts.dataplane)
-    procs: dict[str, subprocess.Popen[str]] = {}
-    addresses: dict[str, str] = {}
-    with ExitStack() as files:
-        try:
-            logs: dict[str, IO[str]] = {}
-            for name, sw in topo.switches.items():
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "inaemu.softswitch",
-                    *("--name", name, "--device-id", str(sw.device_id)),
-                    *("--grpc", "127.0.0.1:0", "--wire-dir", wire_dir),
-                    *("--seed", str(opts.seed + sw.device_id)),
-                    *("--dataplane", opts.dataplane),
-                ]
-                if host_ports[name]:
-                    argv += ["--wires", ",".join(map(str, sorted(host_ports[name])))]
-                for port, (peer, peer_port) in sorted(adj[name].items()):
-                    argv += ["--link", f"{port}={peer}.{peer_port}"]
-                if log_dir is not None:
-                    logs[name] = files.enter_context((log_dir / f"{name}.log").open("w+"))
-                else:
-                    logs[name] = files.enter_context(tempfile.TemporaryFile("w+"))
-                procs[name] = _launch(argv, logs[name])
-            deadline = time.monotonic() + SWITCH_START_TIMEOUT
-            for name, proc in procs.items():
-                try:
-                    addresses[name] = _await_ready(proc, logs[name], deadline)["grpc"]
-                except DemoError as exc:
-                    raise DemoError(f"switch {name}: {exc}") from None
-        except BaseException:
-            stop_switches(procs)
-            raise
-    return procs, addresses
-
-
-def stop_switches(procs: dict[str, subprocess.Popen[str]]) -> None:
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs.values():
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-async def _program(topo: Topology, opts: DemoOptions) -> Controller:
-    ctl = Controller(topo, push_pipeline=True)  # the demo starts the switch, so it programs it
-    await ctl.connect()
-    await ctl.add_job(JobSpec(JOB_ID, tuple(topo.hosts), pool_size=opts.window))
-    if opts.loss > 0:
-        await ctl.set_loss("s1", range(1, opts.workers + 1), opts.loss)
-    return ctl
-
-
-async def program_topology(
-    topo: Topology,
-    spec: JobSpec | None,
-    workers: Sequence[str],
-    loss: float,
-    *,
-    routes: bool = False,
-) -> tuple[Controller, JobRecord | None]:
-    """Connect to every switch, push the pipeline, install the job (if any) on all of them in
-    one change, and with `routes` the /32 route to every host on every switch; with `loss`,
-    inject it on every port in use (workers' and links')."""
-    ctl = Controller(topo, push_pipeline=True)
-    try:
-        await ctl.connect()
-        if routes:
-            await ctl.install_routes()
-        record = await ctl.add_job(spec) if spec is not None else None
-        if loss > 0:
-            adj = topo.adjacency()
-            for name in topo.switches:
-                ports = {p for h in workers for s, p in [topo.host_attachment(h)] if s == name}
-                ports |= set(adj[name])
-                if ports:
-                    await ctl.set_loss(name, sorted(ports), loss)
-    except BaseException:
-        await ctl.close()
-        raise
-    return ctl, record
-
-
 def _check_options(opts: DemoOptions) -> None:
     if opts.size < 1:
         raise DemoError("--size must be at least 1")
@@ -441,154 +278,88 @@ def _run_workers(
 
 
 def run_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
+    """The demo on one switch (a star of `--workers` hosts) or on `--topo`'s switches (the
+    module doc)."""
     _check_options(opts)
-    if opts.topo is not None:
-        return run_topology_demo(opts, out)
-    if not 1 <= opts.workers <= 32:
-        raise DemoError("--workers must be 1..32 (one switch; the slot bitmap holds 32)")
-    arg.checks_done()
-    switch, grpc, wire_dir = _start_switch(opts)
-    # the workers' wires, and one fresh run id for all of them (docs/protocol.md, section 5)
-    run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
-    opts = replace(opts, wire_dir=wire_dir, run=run)
-    loop = asyncio.new_event_loop()
-    ctl: Controller | None = None
-    try:
+    if opts.topo is None:
+        if not 1 <= opts.workers <= 32:
+            raise DemoError("--workers must be 1..32 (one switch; the slot bitmap holds 32)")
         topo = star(opts.workers)
-        topo.switches["s1"] = replace(topo.switches["s1"], grpc=grpc)
-        ctl = loop.run_until_complete(_program(topo, opts))
-        seats = [Seat(port=r + 1) for r in range(opts.workers)]
-        collected, wall = _run_workers(opts, seats, out, lambda: switch.poll() is None)
-        stats = read_stats(loop, ctl, {"s1": switch})
-        expected_chunks = max(1, -(-opts.size // K)) * opts.workers
-        report = DemoReport(opts, wall, collected, stats, expected_chunks)
-        if opts.codec.startswith("sketch") and opts.density == 1.0:
-            report.notes.append("sketch codecs pay off on sparse gradients: try --density 0.05")
-        return report
-    finally:
-        if ctl is not None:
-            loop.run_until_complete(ctl.close())
-        loop.close()
-        switch.terminate()
-        try:
-            switch.wait(10)
-        except subprocess.TimeoutExpired:
-            switch.kill()
-
-
-def run_topology_demo(opts: DemoOptions, out: Any = sys.stdout) -> DemoReport:
-    """The demo over a topology of softswitches (the module doc)."""
-    assert opts.topo is not None
-    if opts.grpc_port:
-        raise DemoError("--grpc-port is for one switch; with --topo each switch takes a free port")
-    topo = demo_topology(opts.topo)
+    else:
+        if opts.grpc_port:
+            raise DemoError(
+                "--grpc-port is for one switch; with --topo each switch takes a free port"
+            )
+        topo = demo_topology(opts.topo)
     hosts = list(topo.hosts)
     n = opts.workers or len(hosts)
     if not 1 <= n <= len(hosts):
         raise DemoError(f"--workers must be 1..{len(hosts)} (the hosts of {opts.topo})")
     workers = tuple(hosts[:n])
     spec = JobSpec(JOB_ID, workers, pool_size=opts.window, n_trees=opts.trees)
-    check_job_fits(topo, spec)
+    check_job(topo, spec)
     arg.checks_done()
-    wires = open_wire_dir(opts)
+    # one fresh run id for all the workers (docs/protocol.md, section 5)
     run = secrets.randbelow(MAX_RUN + 1) if opts.run is None else opts.run
-    opts = replace(opts, workers=n, wire_dir=wires.path, run=run)
-    loop = asyncio.new_event_loop()
-    ctl: Controller | None = None
-    switches: dict[str, subprocess.Popen[str]] = {}
-    try:
-        switches, addresses = start_switches(topo, workers, wires.path, opts)
-        for name, address in addresses.items():
-            topo.switches[name] = replace(topo.switches[name], grpc=address)
-        try:
-            ctl, record = loop.run_until_complete(program_topology(topo, spec, workers, opts.loss))
-        except (JobError, ControllerError) as exc:
-            raise DemoError(str(exc)) from None
-        assert record is not None
-        seats = []
-        for host in workers:
-            sw, port = topo.host_attachment(host)
-            h, agg = topo.hosts[host], topo.switches[sw]
-            seats.append(
-                Seat(
-                    sw,
-                    port,
-                    len(record.trees),
-                    check_here=False,
-                    host=(h.mac, h.ip),
-                    agg=(agg.agg_mac, agg.agg_ip),
-                )
-            )
-        collected, wall = _run_workers(
-            opts, seats, out, lambda: all(p.poll() is None for p in switches.values())
-        )
-        stats = read_stats(loop, ctl, switches)
+    with demo_network(opts, topo, workers, spec) as net:
+        opts = replace(opts, workers=n, wire_dir=net.wire_dir, run=run)
+        # one switch: each worker checks its own result; a topology: the parent checks all
+        one_switch = opts.topo is None
+        assert net.record is not None
+        seats = [worker_seat(topo, h, len(net.record.trees), one_switch) for h in workers]
+        collected, wall = _run_workers(opts, seats, out, net.alive)
+        stats = net.read_stats()
+    if not one_switch:
         ref = reference(opts)  # once, for every worker's result
         for r in collected:
             assert r.values is not None
             r.exact_vs_reference, r.max_error, r.bound, r.within_bound = check(ref, r.values)
             r.values = None
-        expected_chunks = max(1, -(-opts.size // K)) * n
-        report = DemoReport(
-            opts, wall, collected, stats, expected_chunks, job=record, topology=topo
-        )
-        if opts.codec.startswith("sketch") and opts.density == 1.0:
-            report.notes.append("sketch codecs pay off on sparse gradients: try --density 0.05")
-        return report
-    finally:
-        if ctl is not None:
-            loop.run_until_complete(ctl.close())
-        loop.close()
-        stop_switches(switches)
-        wires.cleanup()
+    expected_chunks = max(1, -(-opts.size // K)) * n
+    report = DemoReport(opts, wall, collected, stats, expected_chunks)
+    if not one_switch:
+        report.job, report.topology = net.record, topo
+    if opts.codec.startswith("sketch") and opts.density == 1.0:
+        report.notes.append("sketch codecs pay off on sparse gradients: try --density 0.05")
+    return report
 
 
-def read_stats(
-    loop: asyncio.AbstractEventLoop,
-    ctl: Controller,
-    switches: Mapping[str, subprocess.Popen[str]],
-) -> StatsReport:
-    """Every switch's counters; `DemoError` if a switch cannot give them: one that exited
-    meanwhile is named (finsy cancels the reads of a connection that died: a CancelledError
-    that would otherwise end the demo in a traceback)."""
-    try:
-        return loop.run_until_complete(ctl.read_stats())
-    except (asyncio.CancelledError, ControllerError) as exc:
-        dead = [
-            f"{name} ({_how_it_ended(proc.returncode)})"
-            for name, proc in sorted(switches.items())
-            if proc.poll() is not None
-        ]
-        if dead:
-            raise DemoError(
-                f"switch {', '.join(dead)} ended before the demo read its counters (the "
-                "report's packets and drops)"
-            ) from None
-        raise DemoError(f"reading the switches' counters failed: {exc or 'cancelled'}") from None
+def demo_network(
+    opts: DemoOptions,
+    topo: Topology,
+    workers: Sequence[str],
+    job: JobSpec | None,
+    *,
+    routes: bool = False,
+    log_dir: Path | None = None,
+) -> EmbeddedNetwork:
+    """The embedded network a demo asks for (not yet started)."""
+    return EmbeddedNetwork(
+        topo,
+        workers,
+        job=job,
+        loss=opts.loss,
+        routes=routes,
+        seed=opts.seed,
+        dataplane=opts.dataplane,
+        wire_dir=opts.wire_dir,
+        grpc_port=opts.grpc_port,
+        log_dir=log_dir,
+    )
 
 
-def _how_it_ended(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            pass
-    return f"exit status {returncode}"
+def worker_seat(topo: Topology, host: str, n_trees: int, check_here: bool = False) -> Seat:
+    """Where the worker on `host` sits: its switch port, its and its switch's addresses."""
+    sw, port = topo.host_attachment(host)
+    h, agg = topo.hosts[host], topo.switches[sw]
+    return Seat(sw, port, n_trees, check_here, (h.mac, h.ip), (agg.agg_mac, agg.agg_ip))
 
 
-def check_job_fits(topo: Topology, spec: JobSpec) -> None:
+def check_job(topo: Topology, spec: JobSpec) -> None:
     """Refuse (`DemoError`) a job the topology cannot hold, before any process starts."""
     try:
-        JobManager(topo).plan_add(spec)
-    except JobError as exc:
-        raise DemoError(str(exc)) from None
-
-
-def open_wire_dir(opts: DemoOptions) -> WireDir:
-    """The demo's wire dir: `--wire-dir` if given, else a new private one."""
-    try:
-        return WireDir(opts.wire_dir) if opts.wire_dir else WireDir()
-    except OSError as exc:
+        check_job_fits(topo, spec)
+    except NetworkError as exc:
         raise DemoError(str(exc)) from None
 
 
@@ -641,7 +412,7 @@ def run_and_report(run: Callable[[], Rendered], not_ok: str) -> int:
     with stop_signals() as received:
         try:
             report = run()
-        except DemoError as exc:
+        except (DemoError, NetworkError) as exc:
             print(f"inaemu demo: {exc}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:

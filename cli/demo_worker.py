@@ -21,12 +21,11 @@ import numpy.typing as npt
 
 from inaemu.cli.demo_options import DemoOptions as DemoOptions
 from inaemu.common.lifeline import die_with_parent
-from inaemu.hostlib.worker import digest, worker_input
+from inaemu.hostlib.worker import digest, expected_result, worker_input, worker_inputs
+from inaemu.runs.network import JOB_ID as JOB_ID  # the demo's job
 
 if TYPE_CHECKING:
     from inaemu.hostlib.client import InaClient
-
-JOB_ID = 1
 
 
 @dataclass(frozen=True)
@@ -71,13 +70,10 @@ class Reference:
 
 
 def reference(opts: DemoOptions) -> Reference:
-    from inaemu.hostlib.codecs import make_codec, simulate_allreduce
     from inaemu.hostlib.codecs.fixedpoint import DEFAULT_BLOCK_SIZE, block_exponents, error_bound
 
-    inputs = [
-        worker_input(opts.seed, r, opts.size, opts.density, opts.codec) for r in range(opts.workers)
-    ]
-    results, _ = simulate_allreduce(make_codec(opts.codec), inputs)
+    inputs = worker_inputs(opts.seed, opts.workers, opts.size, opts.density, opts.codec)
+    result = expected_result(inputs, opts.codec)
     truth = np.sum(np.stack(inputs).astype(np.float64), axis=0)
     bound = None
     if opts.codec == "fixedpoint":
@@ -85,7 +81,7 @@ def reference(opts: DemoOptions) -> Reference:
         bound = np.asarray(
             error_bound(exps, opts.workers, opts.size, DEFAULT_BLOCK_SIZE), dtype=np.float64
         )
-    return Reference(np.asarray(results[0]), truth, bound)
+    return Reference(np.asarray(result), truth, bound)
 
 
 def check(ref: Reference, result: npt.NDArray[Any]) -> tuple[bool, float, float, bool]:

@@ -55,7 +55,7 @@ from inaemu.controller.bmv2 import Bmv2Error
 from inaemu.controller.jobs import JobError
 from inaemu.controller.p4rt import ControllerError
 from inaemu.hostlib.collective.wire_peers import MAX_MTU, MIN_MTU
-from inaemu.mininet.footprint import OVERRIDE, check_fits, demo_parts
+from inaemu.runs.footprint import OVERRIDE, check_fits, demo_parts
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.draw import DrawError
 from inaemu.topology.model import TopologyError
@@ -76,7 +76,7 @@ def _check_demo_size(
     comparison: bool = False,
 ) -> None:
     """Refuse a demo larger than `DEMO_PROCESSES` and `DEMO_ELEMENTS` allow, or than this
-    machine's memory holds (`mininet.footprint`; unless `memory_check` is off)."""
+    machine's memory holds (`runs.footprint`; unless `memory_check` is off)."""
     switches = 1
     if topo_text:
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import LinkModel, check, render_table, table_row
 from inaemu.collectives.schedule import ScheduleError
+from inaemu.common import args as arg
 from inaemu.common.args import ArgumentParser, ParseOnly, checks_done, parse_only
 from inaemu.topology.builders import describe_roles, load_or_build
 from inaemu.topology.model import TopologyError
@@ -30,36 +31,6 @@ DEFAULT_SIZE = 100_000_000  # bytes: a ResNet-50-sized gradient in float32
 MAX_RANKS = 256
 DEFAULT_BW = 10_000.0  # Mbit/s of one network link in the alpha-beta model (10 GbE)
 DEFAULT_ALPHA = 10.0  # microseconds every step costs on top of its bytes
-
-
-def _size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} bytes: give a size >= 0")
-    return value
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: give a number > 0")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text}: give a number >= 0")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--size",
-        type=_size,
+        type=arg.MODEL_BYTES,
         default=DEFAULT_SIZE,
         help="bytes of the array each host all-reduces (default %(default)s)",
     )
@@ -102,13 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--bw",
-        type=_positive,
+        type=arg.MODEL_MBIT,
         default=DEFAULT_BW,
         help="Mbit/s of one network link in the alpha-beta model (default %(default)g)",
     )
     ap.add_argument(
         "--alpha",
-        type=_non_negative,
+        type=arg.MICROSECONDS,
         default=DEFAULT_ALPHA,
         help="microseconds every step costs on top of its bytes in the alpha-beta model "
         "(default %(default)g)",

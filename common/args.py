@@ -35,6 +35,8 @@ MAX_TREES = 255  # aggregation trees of a job (0: one per root candidate)
 MAX_WORKERS = 0xFFFF  # workers of a job: a result's `contrib` (workers summed) is 16 bits
 MAX_REPEAT = 1_000_000  # allreduces of one worker process
 MAX_REPEATS = 100  # a comparison's --repeat: runs of each algorithm at each size
+MAX_MODEL_BYTES = 1 << 50  # an array in a model (nothing allocated): at most a PiB
+MAX_MODEL_MBIT = 1e9  # a link's rate in a model: at most a Pbit/s
 SIZE_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}  # elements: 64K, 16M
 _MAX_DIGITS = 40  # longer numbers are refused before int() (which stops at 4300 digits)
 
@@ -160,6 +162,10 @@ REPEAT = Integer(1, MAX_REPEAT, "a number of allreduces")
 WORKERS = Integer(1, MAX_WORKERS, "a number of workers")
 RANK = Integer(0, MAX_WORKERS - 1, "a rank")
 SECONDS = Real(0.0, MAX_SECONDS, "seconds", lo_open=True)
+INTERVAL = Real(0.0, MAX_SECONDS, "seconds", note="0: none")  # between progress lines
+MODEL_BYTES = Integer(0, MAX_MODEL_BYTES, "a number of bytes")
+MODEL_MBIT = Real(0.0, MAX_MODEL_MBIT, "Mbit/s", lo_open=True)
+MICROSECONDS = Real(0.0, MAX_SECONDS * 1e6, "microseconds")
 PROBABILITY = Real(0.0, 1.0, "a probability")
 
 

@@ -175,6 +175,7 @@ def remove_job(files: NetworkFiles, job_id: int) -> list[str]:
         state = load_state(path, removing=job_id)
         ctl = _replayed(files, state)
         entries = state.removing
+        checks_done()  # the job's being installed is the state's, not the command line's
         if not entries:
             ctl.jobs.plan_remove(job_id)  # JobError: not installed; before connecting
 
@@ -189,7 +190,6 @@ def remove_job(files: NetworkFiles, job_id: int) -> list[str]:
                 ) from None
 
         replay(*entries[0])  # refused before connecting
-        checks_done()  # the job's being installed is the state's, not the command line's
 
         async def remove(ctl: Controller) -> list[str]:
             lacking = await ctl.remove_job(job_id, gone_ok=True)

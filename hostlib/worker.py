@@ -42,6 +42,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,23 +72,35 @@ def worker_input(
     return x
 
 
+def worker_inputs(
+    seed: int, n_workers: int, size: int, density: float = 1.0, codec: str = "fixedpoint"
+) -> list[npt.NDArray[Any]]:
+    """Every one of `n_workers` workers' `worker_input`, in rank order."""
+    return [worker_input(seed, rank, size, density, codec) for rank in range(n_workers)]
+
+
 def expected_sum(
     seed: int, n_workers: int, size: int, density: float = 1.0, codec: str = "fixedpoint"
 ) -> npt.NDArray[Any]:
-    """What every one of `n_workers` workers with `worker_input` must get: numpy's exact sum
+    """What every one of `n_workers` workers with `worker_input` must get
+    (`expected_result`)."""
+    return expected_result(worker_inputs(seed, n_workers, size, density, codec), codec)
+
+
+def expected_result(inputs: Sequence[npt.NDArray[Any]], codec: str) -> npt.NDArray[Any]:
+    """What every worker that all-reduces `inputs` with `codec` must get: numpy's exact sum
     of the inputs for the int32 codec (ValueError if it overflows int32), else the codec run
     against the reference switch (`simulate_allreduce`), which the switch matches bit for bit."""
     if codec == "int32":
-        total = np.zeros(size, np.int64)
-        for rank in range(n_workers):
-            total += worker_input(seed, rank, size, density, codec)
+        total = np.zeros(inputs[0].size if inputs else 0, np.int64)
+        for x in inputs:
+            total += x
         if total.size and (
             total.min() < np.iinfo(np.int32).min or total.max() > np.iinfo(np.int32).max
         ):
             raise ValueError("the int32 sum of the inputs overflows; use fewer workers")
         return np.asarray(total, dtype=np.int32)
-    inputs = [worker_input(seed, rank, size, density, codec) for rank in range(n_workers)]
-    results, _ = simulate_allreduce(make_codec(codec), inputs)
+    results, _ = simulate_allreduce(make_codec(codec), list(inputs))
     return results[0]
 
 

@@ -18,8 +18,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.collectives.schedule import Schedule
 from inaemu.hostlib.worker import expected_sum, worker_input
-from inaemu.mininet.accounting import (
+from inaemu.mininet.algos import (
+    Algorithm,
+    RunSpec,
+)
+from inaemu.mininet.scenario import Scenario, ScenarioError
+from inaemu.runs.accounting import (
     DROPS_REPORTED_WITHIN,
     Bmv2Drops,
     CpuMeter,
@@ -30,21 +36,13 @@ from inaemu.mininet.accounting import (
     read_port_drops,
     wait_exited,
 )
-from inaemu.mininet.algos import (
-    Algorithm,
-    RunSpec,
-)
-from inaemu.mininet.compare import (
+from inaemu.runs.compare import (
+    LinkUse,
     Row,
     Verdict,
     check_results,
-    make_row,
-)
-from inaemu.mininet.scenario import (
-    LinkUse,
-    Scenario,
-    ScenarioError,
     link_delta,
+    make_row,
 )
 
 Progress = Callable[[str], None]  # where the progress lines go
@@ -372,6 +370,7 @@ def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row,
     bound = run.algo.error_bound(codec, n, t.abs_sum) if check == "bound" else None
     verdict = check_results(arrays, check=check, exact=t.exact, sum64=t.sum64, bound=bound)
     seconds, how = completion(run.outcomes)
+    schedule = getattr(run.algo, "schedule", None)  # a host collective's
     row = make_row(
         run.algo.name,
         run.spec.size,
@@ -388,6 +387,9 @@ def row_of(run: AlgoRun, t: Truth, bandwidths: list[float | None]) -> tuple[Row,
         drops=run.drops,
         queue_drops=run.queue_drops,
         repeat=run.repeat,
+        steps=len(schedule.steps)
+        if isinstance(schedule := getattr(run.algo, "schedule", None), Schedule)
+        else None,
     )
     return row, verdict, how
 

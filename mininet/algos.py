@@ -41,8 +41,8 @@ from inaemu.controller.jobs import JobSpec
 from inaemu.hostlib.codecs import CODECS as INA_CODECS
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
 from inaemu.hostlib.collective.executor import inceptionn_error_bound
-from inaemu.mininet import compare
 from inaemu.mininet.scenario import Scenario, ScenarioError
+from inaemu.runs import compare
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, check_node_ports
 

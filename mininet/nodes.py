@@ -31,7 +31,6 @@ installed first.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -43,6 +42,7 @@ from typing import IO, Any, ClassVar
 from inaemu.controller.bmv2 import notifications_address, simple_switch_grpc_argv
 from inaemu.mininet.debian import load
 from inaemu.mininet.shaping import htb_commands
+from inaemu.softswitch import command as softswitch
 from inaemu.softswitch.fast.dataplanes import DEFAULT_DATAPLANE, warm_up
 
 mn = load()
@@ -56,7 +56,6 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 CAPTURE_BUFFER_KIB = 32 << 10
 CAPTURE_DRAIN = 0.5  # seconds a capture gets to catch up before it is stopped
-_READY = re.compile(r"^READY .*\bgrpc=(?P<grpc>\S+)", re.MULTILINE)
 
 
 # every node whose shell was started, so that a cleanup finds also one whose construction
@@ -271,13 +270,14 @@ class SoftSwitchNode(InaSwitch):
         self.dataplane = dataplane
 
     def command(self) -> list[str]:
-        argv = [sys.executable, "-m", "inaemu.softswitch", "--name", self.name]
-        argv += ["--grpc", "127.0.0.1:0", "--device-id", str(self.device_id)]
-        argv += ["--seed", str(self.device_id)]  # loss injection: each switch its own draws
-        argv += ["--dataplane", self.dataplane]
-        for port, ifname in self.data_ports().items():
-            argv += ["--iface", f"{port}={ifname}"]
-        return argv
+        return softswitch.argv(
+            name=self.name,
+            grpc="127.0.0.1:0",
+            device_id=self.device_id,
+            seed=self.device_id,  # loss injection: each switch its own draws
+            dataplane=self.dataplane,
+            ifaces=self.data_ports(),
+        )
 
     def start(self, controllers: Any) -> None:
         # Compiled here once if numba's cache lacks it (a fresh checkout): the switches then
@@ -306,10 +306,10 @@ class SoftSwitchNode(InaSwitch):
 
     def ready(self) -> bool:
         if not self.grpc:
-            m = _READY.search(self.log_path.read_text(errors="replace"))
-            if m is None:
+            ready = softswitch.Ready.find(self.log_path.read_text(errors="replace"))
+            if ready is None:
                 return False
-            self.grpc = m["grpc"]
+            self.grpc = ready.grpc
         # tcpdump says "listening on IF" (on stderr, in its log) once it captures
         return all(
             "listening on" in self._tcpdump_log(ifname).read_text(errors="replace")

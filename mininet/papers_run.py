@@ -46,14 +46,14 @@ from inaemu.mininet.algo_run import Truth, natural, row_of, run_algorithm
 from inaemu.mininet.algos import CODECS, Algorithm, RunSpec, algorithm
 from inaemu.mininet.run import algo_names, parse_sizes
 from inaemu.mininet.scenario import (
-    MAX_BW,
-    LinkUse,
+    BW,
     NetOptions,
     RunDir,
     Scenario,
     ScenarioError,
     link_shaping,
 )
+from inaemu.runs.compare import LinkUse
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
 
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--codec", type=_codecs, default=["int32"], help="a comma list of codecs")
     ap.add_argument("--densities", type=_densities, default=[1.0], help="INA: e.g. 0.024,0.14")
     ap.add_argument("--sizes", type=parse_sizes, default=[1 << 16], help="elements, e.g. 64K")
-    ap.add_argument("--bw", type=arg.Real(0.0, MAX_BW, "Mbit/s", lo_open=True), default=None)
+    ap.add_argument("--bw", type=BW, default=None)
     ap.add_argument("--seed", type=arg.SEED, default=1)
     ap.add_argument("--timeout", type=arg.SECONDS, default=60.0)
     ap.add_argument("--limit", type=arg.SECONDS, default=900.0, help="seconds per run")

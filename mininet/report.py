@@ -8,24 +8,22 @@ import argparse
 from typing import Any
 
 from inaemu.common.wire import FRAME_BYTES, K
-from inaemu.mininet.accounting import (
-    Usage,
-)
 from inaemu.mininet.algo_run import AlgoRun, fmt_bytes
 from inaemu.mininet.algos import (
     Ina,
 )
-from inaemu.mininet.compare import (
+from inaemu.mininet.scenario import RunDir
+from inaemu.runs.accounting import (
+    Usage,
+)
+from inaemu.runs.compare import (
+    LinkUse,
     Row,
     bound_notes,
     groups,
     plot_completion,
 )
-from inaemu.mininet.compare import render_table as render_comparison
-from inaemu.mininet.scenario import (
-    LinkUse,
-    RunDir,
-)
+from inaemu.runs.compare import render_table as render_comparison
 
 
 def render_links(uses: list[LinkUse]) -> list[str]:

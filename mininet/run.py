@@ -56,17 +56,6 @@ from typing import Any
 from inaemu.common import args as arg
 from inaemu.common.wire import K
 from inaemu.mininet import debian
-from inaemu.mininet.accounting import (
-    BW_CHECKS,
-    BW_MARGIN,
-    RULE,
-    BwChoice,
-    Capacity,
-    capacity,
-    check_size,
-    choose_bw,
-    next_bw_all,
-)
 from inaemu.mininet.algo_run import (
     PROGRESS_EVERY,
     completion,
@@ -86,17 +75,9 @@ from inaemu.mininet.algos import (
     algorithm,
     describe,
 )
-from inaemu.mininet.compare import (
-    REPEATS,
-    bound_of,
-    directions,
-    points,
-)
-from inaemu.mininet.compare import parse_size as parse_size  # the runner's sizes, re-exported
-from inaemu.mininet.compare import parse_sizes as parse_sizes
-from inaemu.mininet.footprint import OVERRIDE, check_fits, mininet_parts
 from inaemu.mininet.report import report_comparison, report_single
 from inaemu.mininet.scenario import (
+    BW,
     MAX_BW,
     CleanupError,
     NetOptions,
@@ -107,7 +88,26 @@ from inaemu.mininet.scenario import (
     link_params,
     link_shaping,
 )
-from inaemu.p4.plan import loss_threshold
+from inaemu.runs.accounting import (
+    BW_CHECKS,
+    BW_MARGIN,
+    RULE,
+    BwChoice,
+    Capacity,
+    capacity,
+    check_size,
+    choose_bw,
+    next_bw_all,
+)
+from inaemu.runs.compare import (
+    REPEATS,
+    bound_of,
+    directions,
+    points,
+)
+from inaemu.runs.compare import parse_size as parse_size  # the runner's sizes, re-exported
+from inaemu.runs.compare import parse_sizes as parse_sizes
+from inaemu.runs.footprint import OVERRIDE, check_fits, mininet_parts
 from inaemu.softswitch.fast.dataplanes import DATAPLANES, DEFAULT_DATAPLANE
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
@@ -142,38 +142,12 @@ def _bw(text: str) -> float | str:
     if text.strip().lower() == AUTO:
         return AUTO
     try:
-        bw = float(text)
+        float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"bad bandwidth {text!r}: Mbit/s, e.g. 20, or auto"
         ) from None
-    if not 0 < bw <= MAX_BW:
-        raise argparse.ArgumentTypeError(f"--bw {text}: Mininet shapes 0 < bw <= {MAX_BW:.0f}")
-    return bw
-
-
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0.0 <= seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"--progress {text}: seconds, e.g. 10 (0: none)")
-    return seconds
-
-
-def _probability(text: str) -> float:
-    try:
-        p = float(text)
-    except ValueError:
-        p = -1.0
-    if not 0.0 <= p <= 1.0:
-        raise argparse.ArgumentTypeError(f"--loss {text}: a probability in 0..1, e.g. 0.01")
-    try:
-        loss_threshold(p)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return p
+    return BW(text)
 
 
 def _prefix(text: str) -> str:
@@ -254,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--loss",
-        type=_probability,
+        type=arg.LOSS,
         default=0.0,
         help="loss probability injected at every port of every switch (`inaemu loss`)",
     )
@@ -296,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--progress",
-        type=_seconds,
+        type=arg.INTERVAL,
         default=PROGRESS_EVERY,
         metavar="SECONDS",
         help=f"a progress line this often while the workers run ({PROGRESS_EVERY:g}; 0: none)",
@@ -759,7 +733,6 @@ def run_scenario(args: argparse.Namespace) -> int:
                 "run_id": r.spec.run_id,
                 "completion_measured": how,
                 "wall_seconds": r.wall,
-                "links": [asdict(u) for u in r.links],
                 "stats": r.stats,
                 "worker_reports": [o.report for o in r.outcomes],
             }

@@ -54,8 +54,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, TypeVar
 
+from inaemu.common import args as arg
 from inaemu.controller import api
 from inaemu.controller.jobs import JobRecord, JobSpec
+from inaemu.runs.compare import LinkUse, link_ends
 from inaemu.topology.model import Link, Topology, TopologyError
 
 IFNAMSIZ = 15  # the longest interface name Linux takes
@@ -64,6 +66,7 @@ PREFIX_CHARS = string.ascii_lowercase + string.digits
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,8}")  # what --prefix may be
 NETEM_OPTIONS = ("delay", "jitter", "loss", "max_queue_size")
 MAX_BW = 1000.0  # Mbit/s: Mininet's TCIntf refuses more
+BW = arg.Real(0.0, MAX_BW, "Mbit/s", lo_open=True, note="what Mininet shapes")  # --bw
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # ignored while cleaning up
 T = TypeVar("T")
 PRIMARY_WAIT = 5.0  # seconds a controller operation waits for the last one's stream to end
@@ -132,21 +135,6 @@ class NetOptions:
     start_timeout: float = 30.0
     verbose: bool = False  # Mininet's own progress messages
     prefix: str | None = None  # of the switch interfaces' names; None: chosen (`choose_prefix`)
-
-
-@dataclass
-class LinkUse:
-    """One link's traffic during a measurement, counted on its switch-side interface."""
-
-    a: str  # "h1" or "l1:3"
-    b: str  # "s1:1"
-    ifname: str  # the counted interface, on b's side (a's for a link between switches), as a
-    # user reads it: `s1-eth1` (`interface_name`), its network's prefix left out
-    a_to_b: int = 0  # bytes
-    b_to_a: int = 0
-    a_to_b_packets: int = 0
-    b_to_a_packets: int = 0
-    shaping: str = ""  # e.g. "rate 20Mbit" (tc on the counted interface), "" if unshaped
 
 
 def link_params(
@@ -229,14 +217,6 @@ def counted_end(link: Link) -> tuple[str, int]:
         assert link.b_port is not None
         return link.b, link.b_port
     return link.a, link.a_port
-
-
-def link_ends(link: Link) -> tuple[str, str]:
-    """The names of a link's ends in `LinkUse` and the table: a host by its name, a switch's
-    end as switch:port ("h1", "s1:1")."""
-    a = link.a if link.a_port is None else f"{link.a}:{link.a_port}"
-    b = link.b if link.b_port is None else f"{link.b}:{link.b_port}"
-    return a, b
 
 
 def switch_ports(topo: Topology, switch: str) -> list[int]:
@@ -749,7 +729,7 @@ class Scenario:
     def queue_drops(self) -> dict[str, int]:
         """Per switch, the frames its interfaces' queues (tc's root qdiscs: a shaped link's
         buffer) dropped so far (`accounting.root_qdisc_drops`)."""
-        from inaemu.mininet.accounting import root_qdisc_drops
+        from inaemu.runs.accounting import root_qdisc_drops
 
         if shutil.which("tc") is None:
             return {}
@@ -759,19 +739,6 @@ class Scenario:
             sw: sum(drops.get(self.ifname(sw, p), 0) for p in switch_ports(self.topology, sw))
             for sw in self.topology.switches
         }
-
-
-def link_delta(before: list[LinkUse], after: list[LinkUse]) -> list[LinkUse]:
-    return [
-        dataclasses.replace(
-            y,
-            a_to_b=y.a_to_b - x.a_to_b,
-            b_to_a=y.b_to_a - x.b_to_a,
-            a_to_b_packets=y.a_to_b_packets - x.a_to_b_packets,
-            b_to_a_packets=y.b_to_a_packets - x.b_to_a_packets,
-        )
-        for x, y in zip(before, after, strict=True)
-    ]
 
 
 def shaping(ifname: str) -> str:

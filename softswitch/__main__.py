@@ -14,8 +14,8 @@ back.
 `--dataplane fast` (the default) runs the compiled data plane (softswitch/fast/), which it
 loads from numba's on-disk cache, or compiles, before anything else; `--dataplane reference`
 the Python pipeline (softswitch/reference.py). When everything is up it prints one line to
-stdout, for scripts to wait on, saying which data plane runs and how it got ready (`cache` or
-`compiled`, and how long that took); a host attaches with
+stdout, for scripts to wait on (`command.Ready`, which also reads it), saying which data plane
+runs and how it got ready (`cache` or `compiled`, and how long that took); a host attaches with
 `LoopbackWireTransport(port, wire_dir, switch_name=name)`:
 
     READY name=s1 grpc=127.0.0.1:9559 device_id=1 ports=1,2,3,4 dataplane=fast
@@ -35,6 +35,7 @@ import threading
 
 from inaemu.common import args as arg
 from inaemu.common.lifeline import die_with_parent
+from inaemu.softswitch.command import Ready
 from inaemu.softswitch.fast.dataplanes import (
     DATAPLANES,
     DEFAULT_DATAPLANE,
@@ -146,14 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         switch.stop()
         return 2
     switch.start()
-    ports = ",".join(str(p) for p in sorted(switch.ports))
-    wires = f" wire_dir={switch.wire_dir}" if args.wires or args.link else ""
+    ready = Ready.make(
+        name=args.name,
+        grpc=server.address,
+        device_id=args.device_id,
+        ports=switch.ports,
+        dataplane=dataplane,
+        wire_dir=switch.wire_dir if args.wires or args.link else None,
+    )
     if not stop.is_set():  # else stopped while starting: no READY, the same clean stop
-        print(
-            f"READY name={args.name} grpc={server.address} device_id={args.device_id} "
-            f"ports={ports} {dataplane}{wires}",
-            flush=True,
-        )
+        print(ready.line(), flush=True)
     reported = (0, 0)
     try:
         while not stop.wait(0.5):

@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from inaemu.controller.bmv2 import THRIFT_BASE, notifications_address, simple_switch_grpc_argv
+from inaemu.softswitch import command as softswitch
 from inaemu.topology.model import Topology
 
 _serial = count()
@@ -166,17 +166,15 @@ def start_softswitch(
 ) -> subprocess.Popen[str]:
     """The softswitch on AF_PACKET on every switch port of `net`, serving P4Runtime at `grpc`
     in the switch's namespace; returns once it printed READY. `log`: where its stderr goes
-    (its port-drop reports, `mininet.accounting.read_port_drops`); else a nameless file."""
-    argv = [sys.executable, "-m", "inaemu.softswitch", "--grpc", grpc]
-    for port in sorted(net.ports.values()):
-        argv += ["--iface", f"{port}={net.interface(port)}"]
+    (its port-drop reports, `runs.accounting.read_port_drops`); else a nameless file."""
+    argv = softswitch.argv(grpc=grpc, ifaces={p: net.interface(p) for p in net.ports.values()})
     # stderr to a file: nobody reads a pipe while the switch runs, and its port-drop reports
     # must never block it
     with log.open("w+") if log is not None else tempfile.TemporaryFile("w+") as err:
         proc = net.switch(argv, stdout=subprocess.PIPE, stderr=err)
         assert proc.stdout is not None
         line = proc.stdout.readline()  # READY ... (or EOF if it failed)
-        if not line.startswith("READY"):
+        if softswitch.Ready.parse(line) is None:
             err.seek(0)
             raise RuntimeError(f"softswitch: {line}{err.read()}")
     return proc

@@ -1,4 +1,4 @@
-"""Bottleneck accounting (`inaemu.mininet.accounting`): the rule that says whether the links or
+"""Bottleneck accounting (`inaemu.runs.accounting`): the rule that says whether the links or
 the emulator bounded a run, on synthetic measurements; the CPU meter against what a process
 says it used; the softswitch's port-drop line; `--bw auto`'s choice from measured capacities.
 No Mininet, no root."""
@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from inaemu.mininet import accounting as acc
-from inaemu.mininet.accounting import (
+from inaemu.runs import accounting as acc
+from inaemu.runs.accounting import (
     Capacity,
     CpuMeter,
     LinkLoad,

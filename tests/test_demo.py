@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from inaemu.softswitch import command as softswitch
+
 INAEMU = [sys.executable, "-m", "inaemu.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,25 +64,15 @@ def test_port_taken_is_a_clear_error(tmp_path: Path) -> None:
     to change, no traceback."""
     wires = tmp_path / "wires"
     blocker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "inaemu.softswitch",
-            "--wires",
-            "1-2",
-            "--wire-dir",
-            str(wires),
-            "--grpc",
-            "127.0.0.1:0",
-        ],
+        softswitch.argv(wires=[1, 2], wire_dir=str(wires), grpc="127.0.0.1:0"),
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
     try:
         assert blocker.stdout is not None
-        ready = blocker.stdout.readline()
-        assert ready.startswith("READY") and f"wire_dir={wires}" in ready
+        ready = softswitch.Ready.parse(blocker.stdout.readline())
+        assert ready is not None and ready.wire_dir == str(wires)
         proc = run("demo", "--workers", "2", "--size", "1000", "--wire-dir", str(wires))
         assert proc.returncode == 1
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -267,7 +259,9 @@ def test_compare_accounts_for_every_run_at_every_size(tmp_path: Path) -> None:
         assert usage["window"] == pytest.approx(r["seconds"]) and usage["cores"] >= 1
         assert 0 <= usage["machine_busy"] <= 1
         assert set(r["accounting"]["port_drops"]) == {"s1"}
-        assert {x["link"] for x in r["accounting"]["links"]} == set(r["links"])
+        ways = {f"{u['a']} -> {u['b']}" for u in r["links"]}
+        ways |= {f"{u['b']} -> {u['a']}" for u in r["links"]}
+        assert {x["link"] for x in r["accounting"]["links"]} == ways
     points = summary["points"]
     assert [(p["algo"], p["size"], p["runs"], len(p["seconds"])) for p in points] == [
         ("ina", 16384, 2, 2), ("ring", 16384, 2, 2), ("ina", 32768, 2, 2), ("ring", 32768, 2, 2)
@@ -435,23 +429,24 @@ KILL_BEFORE_STATS = """
 import sys
 from inaemu.cli import demo
 from inaemu.cli.main import main
+from inaemu.embedded.network import EmbeddedNetwork
 
-started, run_workers = demo._start_switch, demo._run_workers
-switch = []
+started, run_workers = EmbeddedNetwork.start, demo._run_workers
+networks = []
 
-def start(opts):
-    got = started(opts)
-    switch.append(got[0])
-    return got
+def start(net):
+    started(net)
+    networks.append(net)
 
 def then_kill(*args, **kwargs):  # the workers are done: the switch dies before its counters
     got = run_workers(*args, **kwargs)
-    switch[0].kill()
-    switch[0].wait()
+    switch = networks[0].processes["s1"]
+    switch.kill()
+    switch.wait()
     return got
 
 if __name__ == "__main__":
-    demo._start_switch, demo._run_workers = start, then_kill
+    EmbeddedNetwork.start, demo._run_workers = start, then_kill
     sys.exit(main(["demo", "--workers", "2", "--size", "1000", "--no-progress"]))
 """
 

@@ -157,7 +157,7 @@ def test_runs_reinstall_loss_and_a_dead_worker(network: Network) -> None:
 
 def test_bench_e2e_says_what_bounded_each_run() -> None:
     """bench/bench_e2e.py judges each allreduce as `inaemu mininet` judges a run
-    (`mininet.accounting.classify`): the veths are unshaped, so the emulator, and the reason
+    (`runs.accounting.classify`): the veths are unshaped, so the emulator, and the reason
     names what of it (the busiest process, the machine, drops outside the pipeline)."""
     root = Path(__file__).resolve().parents[1]
     argv = [sys.executable, str(root / "bench" / "bench_e2e.py"), "--switch", "softswitch"]

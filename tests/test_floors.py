@@ -21,8 +21,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("topology",),
     ("collectives", "common"),
     ("hostlib",),
-    ("controller", "softswitch"),
-    ("conformance", "mininet"),
+    ("controller", "runs", "softswitch"),
+    ("conformance", "embedded", "mininet"),
     ("cli",),
     ("examples",),
 )

@@ -1,4 +1,4 @@
-"""What a demo or a Mininet network takes in memory (`mininet/footprint.py`): a network that
+"""What a demo or a Mininet network takes in memory (`runs/footprint.py`): a network that
 this machine cannot hold is refused before anything starts (issue 22, item 14: `demo --topo
 torus:8x8` was within the caps and passed 12 GB), and the per-process figures the estimate
 stands on are measured again here on a real demo."""
@@ -16,8 +16,9 @@ import pytest
 
 from inaemu.cli import demo
 from inaemu.cli import main as cli
-from inaemu.mininet import debian, footprint
+from inaemu.mininet import debian
 from inaemu.mininet import run as mininet_run
+from inaemu.runs import footprint
 
 ROOT = Path(__file__).resolve().parents[1]
 

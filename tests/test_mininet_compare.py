@@ -31,34 +31,36 @@ from inaemu.collectives.algorithms import algorithm as collective
 from inaemu.collectives.check import step_bytes
 from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
-from inaemu.mininet.accounting import (
+from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of, truth
+from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
+from inaemu.mininet.report import report_comparison
+from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
+from inaemu.mininet.scenario import RunDir, link_shaping
+from inaemu.mininet.shaping import htb_burst, htb_commands
+from inaemu.runs.accounting import (
     BW_CHECKS,
     ProcessUse,
     Usage,
     next_bw_all,
     two_digits_down,
 )
-from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of, truth
-from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
-from inaemu.mininet.compare import (
+from inaemu.runs.compare import (
     CHECKS,
     TABLE_HEADER,
+    LinkUse,
     Point,
     Verdict,
     bound_notes,
     check_results,
     completion_figure,
     error_bound,
+    link_ends,
     make_row,
     plot_completion,
     points,
     render_table,
     size_label,
 )
-from inaemu.mininet.report import report_comparison
-from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
-from inaemu.mininet.scenario import LinkUse, RunDir, link_ends, link_shaping
-from inaemu.mininet.shaping import htb_burst, htb_commands
 from inaemu.topology.builders import from_spec, star
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import FlowRoutes

@@ -169,9 +169,12 @@ def test_a_small_training_run_from_the_installed_copy(installed: Path, tmp_path:
 def test_only_the_inaemu_namespace_is_installed(installed: Path, tmp_path: Path) -> None:
     for generic in (
         "controller",
+        "common",
         "hostlib",
         "softswitch",
         "conformance",
+        "embedded",
+        "runs",
         "p4",
         "mininet",
         "collectives",
@@ -211,14 +214,15 @@ def test_installed_commands_find_their_data(installed: Path, tmp_path: Path) -> 
 
 
 def test_installed_p4_and_mininet_subpackages(installed: Path, tmp_path: Path) -> None:
-    """inaemu.p4 and inaemu.mininet are no regular packages (no __init__.py, so that they do
-    not hide p4runtime's `p4` and Debian's `mininet` from the repository root); installed,
-    they import as inaemu's, with their data."""
+    """inaemu.p4, inaemu.runs and inaemu.mininet are no regular packages (no __init__.py, so
+    that they do not hide p4runtime's `p4`, PyPI's `runs` and Debian's `mininet` from the
+    repository root); installed, they import as inaemu's, with their data."""
     proc = _run(
         installed,
         "-c",
-        "import inaemu.p4.info, inaemu.p4.compare, inaemu.mininet.run, inaemu.mininet.compare; "
-        "print(inaemu.p4.info.__file__); print(inaemu.mininet.run.__file__)",
+        "import inaemu.p4.info, inaemu.p4.compare, inaemu.mininet.run, inaemu.runs.compare; "
+        "print(inaemu.p4.info.__file__); print(inaemu.mininet.run.__file__); "
+        "print(inaemu.runs.compare.__file__)",
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr

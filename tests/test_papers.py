@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from inaemu.mininet.papers_run import REPEAT, Warm, halved
-from inaemu.mininet.scenario import LinkUse
+from inaemu.runs.compare import LinkUse
 from tests.test_mininet import mininet_ready  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,12 +112,12 @@ def test_quick_mode_tables_and_plot_read_true(papers: ModuleType) -> None:
     range, the checker's flow count is not a run; the plot's size axes sit around the one
     size (a factor 1.4 either side, not the decades matplotlib puts around a single point),
     ticked at it; the emulator-bound point is hollow, as on the completion plots
-    (`inaemu.mininet.marks`), the links-bound ones filled; one run has no bar."""
+    (`inaemu.runs.marks`), the links-bound ones filled; one run has no bar."""
     import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
     from matplotlib.colors import to_rgba
 
-    from inaemu.mininet import marks
+    from inaemu.runs import marks
 
     size = 16 * 1024
     P = papers.Point

@@ -26,8 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inaemu.cli.compare import collective_schedules, schedule_task, worker_seat
+from inaemu.cli.compare import collective_schedules, schedule_task
 from inaemu.cli.compare_worker import task_rank
+from inaemu.cli.demo import worker_seat
 from inaemu.collectives.algorithms import ALGORITHMS
 from inaemu.collectives.check import step_loads
 from inaemu.collectives.schedule import Schedule, ScheduleError

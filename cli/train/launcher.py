@@ -17,7 +17,7 @@ What it does, so that the script does none of it:
 1. brings the network up: on the embedded network (default, no root) one softswitch process
    per switch of `--topo` (default a star of `--workers` hosts), joined by loopback wires;
    with `--mininet` (root) a Mininet network of softswitch or bmv2 nodes, links shaped to
-   `--bw`; the demo's and the Mininet runner's own code starts and programs them;
+   `--bw`; `inaemu.embedded` and the Mininet runner's own code start and program them;
 2. programs it over P4Runtime: ina.p4, the IPv4 route to every host (the host collectives'
    and gloo's traffic crosses the switches), and job 1 over the workers;
 3. for each backend in turn (`gloo`, `ina-fixedpoint`, `ina-sketch`, `ring-inceptionn`, or
@@ -62,13 +62,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from inaemu.cli.train.embedded_network import EmbeddedNetwork
-from inaemu.cli.train.network import Network, TrainError, TrainOptions, schedule_path
+from inaemu.cli.train.network import TrainError, TrainOptions, schedule_path
 from inaemu.collectives.schedule import Schedule
 from inaemu.common import args as arg
+from inaemu.controller.jobs import JobSpec
+from inaemu.embedded.network import EmbeddedNetwork
 from inaemu.hostlib.codecs import CODECS
 from inaemu.hostlib.collective.executor import SCHEDULE_CODECS
 from inaemu.hostlib.launch import EVERY_BACKEND, Backend, parse_backend
+from inaemu.runs.network import JOB_ID, Launching, Network, NetworkError
 from inaemu.topology.builders import describe_roles, load_or_build
 from inaemu.topology.model import Topology, TopologyError
 
@@ -213,7 +215,8 @@ def run_backend(net: Network, backend: Backend, opts: TrainOptions, say: Any) ->
     logs.mkdir(parents=True, exist_ok=True)
     for old in records.glob("rank*.jsonl"):
         old.unlink()
-    launches = net.launches(backend, run, schedule, records)
+    file = schedule_path(opts.out, backend) if schedule is not None else None
+    launches = net.launches(Launching(backend, run, records, opts.timeout, schedule, file))
     argv = [sys.executable, str(opts.script), *opts.script_args]
     say(f"  {backend.name}: {len(launches)} workers, run {run} ...", flush=True)
     started = time.monotonic()
@@ -227,7 +230,7 @@ def run_backend(net: Network, backend: Backend, opts: TrainOptions, say: Any) ->
 
     try:
         for rank, launch in enumerate(launches):
-            procs.append(net.start(rank, launch, argv, logs / f"rank{rank}.log"))
+            procs.append(net.popen(rank, launch, argv, logs / f"rank{rank}.log"))
             waiters.append(
                 threading.Thread(target=_note_exit, args=(procs[-1], rank, exits), daemon=True)
             )
@@ -644,7 +647,8 @@ def train(opts: TrainOptions, say: Any = print) -> tuple[list[BackendRun], dict[
 
         net_cm = MininetNetwork(topo, workers, opts)
     else:
-        net_cm = EmbeddedNetwork(topo, workers, opts)
+        job = JobSpec(JOB_ID, workers, pool_size=opts.window)
+        net_cm = EmbeddedNetwork(topo, workers, job=job, routes=True)
     script = f"{opts.script.name} {' '.join(opts.script_args)}".strip()
     say(
         f"inaemu train: {script}, {len(workers)} workers on {label} ({len(topo.switches)} "
@@ -788,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
     old = {s: signal.signal(s, _interrupt) for s in stops if signal.getsignal(s) != signal.SIG_IGN}
     try:
         runs, summary = train(opts)
-    except TrainError as exc:
+    except (TrainError, NetworkError) as exc:
         print(f"inaemu train: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

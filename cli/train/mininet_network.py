@@ -15,9 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from inaemu.cli.train.network import TrainError, TrainOptions, host_launch, schedule_path
-from inaemu.collectives.schedule import Schedule
-from inaemu.hostlib.launch import Backend, Launch
+from inaemu.cli.train.network import TrainError, TrainOptions
+from inaemu.hostlib.launch import Launch
 from inaemu.mininet import debian
 from inaemu.mininet.algos import Collective, Gloo, Ina, RunSpec, run_port
 from inaemu.mininet.scenario import (
@@ -27,6 +26,7 @@ from inaemu.mininet.scenario import (
     ScenarioError,
     interface_name,
 )
+from inaemu.runs.network import JOB_ID, Launching, host_launch
 from inaemu.topology.model import Topology
 
 
@@ -93,11 +93,12 @@ class MininetNetwork:
 
     def next_run(self) -> int:
         """`inaemu job new-run`: the job state's next run id."""
-        return self.sc.new_run(1)
+        return self.sc.new_run(JOB_ID)
 
-    def launches(
-        self, backend: Backend, run: int, schedule: Schedule | None, records: Path
-    ) -> list[Launch]:
+    def launches(self, launching: Launching) -> list[Launch]:
+        backend, run, records, schedule = (
+            launching.backend, launching.run, launching.records, launching.schedule
+        )  # fmt: skip
         sc, spec = self.sc, replace(self._spec, run_id=run)
         master = sc.host_ip(self.workers[0])
         peers = ""
@@ -108,9 +109,9 @@ class MininetNetwork:
             "rendezvous": f"tcp://{master}:{run_port(spec, Gloo.PORT_BASE)}",
             "window": self.opts.window,
             "trees": self.n_trees,
-            "timeout": self.opts.timeout,
+            "timeout": launching.timeout,
             "peers": peers,
-            "schedule": "" if schedule is None else str(schedule_path(self.opts.out, backend)),
+            "schedule": "" if schedule is None else str(launching.schedule_file),
         }
         n = len(self.workers)
         return [
@@ -127,7 +128,7 @@ class MininetNetwork:
             for rank, host in enumerate(self.workers)
         ]
 
-    def start(
+    def popen(
         self, rank: int, launch: Launch, argv: list[str], log: Path
     ) -> subprocess.Popen[bytes]:
         """The script on worker `rank`'s host, its environment given by `env` (Mininet's

@@ -1,13 +1,14 @@
-"""Allreduce algorithms side by side: one row per (algorithm, size) run, its checks, the table
-`inaemu mininet --algo all` prints, and the completion-time plot. Pure: nothing here needs
-Mininet or root, so an embedded comparison or a benchmark can use the same rows and table.
+"""Allreduce algorithms side by side, on any network: one row per (algorithm, size) run
+(`Row`: the same for Mininet, the embedded softswitches and a simulator), its checks, the
+table (`render_table`, one renderer: each network picks the columns it measures), and the
+completion-time plot. Pure: nothing here needs a network, Mininet or root.
 
 Checking a result (`check_results`): every worker's array against what the algorithm promises
 for the codec it ran,
 
 - `exact`: equal, element for element, to the exact result: numpy's int32 sum of the inputs,
   or, for INA with another codec, that codec run against the reference switch
-  (`run.expected_result`);
+  (`hostlib.worker.expected_result`);
 - `bound`: within an element-wise bound of the float64 sum of the inputs (`error_bound`):
   float32 summed in any order (`plain`) within gamma(n-1) * sum |x_i| (Higham's bound for n-1
   additions, u = 2^-24); INCEPTIONN (`inceptionn`) within n compressions of its error bound
@@ -17,19 +18,21 @@ and all workers' arrays identical (an allreduce that leaves workers with differe
 wrong even when each is close). Every row also carries its error: the largest |result - float64
 sum of the inputs| over every worker and element.
 
-Traffic (`make_row`) comes from the links' byte counters (`scenario.LinkUse`: the kernel's
-counters of each link's root-namespace interface, Ethernet frames with all headers, read
-before and after the workers ran): a host's bytes sent are what its link carried from it to
-the switch; the busiest link is the link direction whose bytes needed the most of its
-bandwidth (the most bytes when a link is unshaped), shown with its share of what its bandwidth
-could carry during the completion time.
+Traffic (`make_row`) comes from each link's bytes each way (`LinkUse`), however the network
+counted them: Mininet, the kernel's counters of each link's root-namespace interface (Ethernet
+frames with all headers, read before and after the workers ran); the embedded network, its
+switches' port counters; a simulator, its links. A host's bytes sent are what its link carried
+from it to the switch; the busiest link is the link direction whose bytes needed the most of
+its bandwidth (the most bytes when a link is unshaped), shown with its share of what its
+bandwidth could carry during the completion time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +42,8 @@ import numpy.typing as npt
 
 from inaemu.common import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
-from inaemu.mininet import marks
-from inaemu.mininet.accounting import (
+from inaemu.runs import marks
+from inaemu.runs.accounting import (
     Bound,
     LinkLoad,
     Usage,
@@ -49,7 +52,7 @@ from inaemu.mininet.accounting import (
     link_floor,
     link_loads,
 )
-from inaemu.mininet.scenario import LinkUse
+from inaemu.topology.model import Link
 
 UNIT_ROUNDOFF = 2.0**-24  # float32
 CHECKS = ("exact", "bound")
@@ -83,6 +86,43 @@ def error_bound(codec: str, n_workers: int, abs_sum: npt.NDArray[np.float64]) ->
         lossy = n_workers * INCEPTIONN_BOUND
         return lossy + gamma(2 * n_workers) * (abs_sum + lossy)
     raise ValueError(f"no error bound for codec {codec!r}: use plain or inceptionn")
+
+
+@dataclass
+class LinkUse:
+    """One link's traffic during a measurement (`link_ends` names its ends)."""
+
+    a: str  # "h1" or "l1:3"
+    b: str  # "s1:1"
+    ifname: str  # where it was counted, as a user reads it: on Mininet the interface on b's
+    # side (a's for a link between switches), `s1-eth1` (its network's prefix left out); on the
+    # embedded network the switch port, `s1:1`
+    a_to_b: int = 0  # bytes
+    b_to_a: int = 0
+    a_to_b_packets: int = 0
+    b_to_a_packets: int = 0
+    shaping: str = ""  # e.g. "rate 20Mbit" (tc on the counted interface), "" if unshaped
+
+
+def link_ends(link: Link) -> tuple[str, str]:
+    """The names of a link's ends in `LinkUse` and the table: a host by its name, a switch's
+    end as switch:port ("h1", "s1:1")."""
+    a = link.a if link.a_port is None else f"{link.a}:{link.a_port}"
+    b = link.b if link.b_port is None else f"{link.b}:{link.b_port}"
+    return a, b
+
+
+def link_delta(before: list[LinkUse], after: list[LinkUse]) -> list[LinkUse]:
+    return [
+        dataclasses.replace(
+            y,
+            a_to_b=y.a_to_b - x.a_to_b,
+            b_to_a=y.b_to_a - x.b_to_a,
+            a_to_b_packets=y.a_to_b_packets - x.a_to_b_packets,
+            b_to_a_packets=y.b_to_a_packets - x.b_to_a_packets,
+        )
+        for x, y in zip(before, after, strict=True)
+    ]
 
 
 @dataclass
@@ -149,15 +189,17 @@ def check_results(
 
 @dataclass
 class Row:
-    """One run of an algorithm at one size: a row of summary.json's `rows` (repeated runs of
-    one algorithm and size share one line of the table: `Point`)."""
+    """One run of an algorithm at one size on a network (Mininet, the embedded softswitches, a
+    simulator): a row of summary.json's `rows` (repeated runs of one algorithm and size share
+    one line of the table: `Point`). A network fills what it measures and leaves the rest at
+    its default (None: not measured)."""
 
     algo: str
     size: int  # elements per worker
     codec: str  # the codec the runner asked for
-    check: str  # exact | bound
+    check: str  # exact | bound (`check_results`); "-" when skipped
     verified: bool
-    seconds: float  # completion time (nan: unknown)
+    seconds: float  # completion time (nan: unknown), on `clock`
     host_sent_max: int  # bytes a host's link carried from it (frames), the largest
     host_sent_mean: float
     link_bytes_mean: float  # bytes per link, both ways together, mean over the links
@@ -170,13 +212,35 @@ class Row:
     facts: dict[str, str] = field(default_factory=dict)  # what the algorithm's set-up said
     repeat: int = 1  # which run of this algorithm and size (1..--repeat)
     floor_seconds: float | None = None  # the busiest link's bytes at its rate; None: unshaped
-    bound_by: str = "unknown"  # links | emulator | unclear | unknown (`accounting.classify`)
+    # what bounded the run (`accounting.classify`): links | emulator | unclear | unknown; a
+    # network that can tell them apart may also say switch (a switch's data plane) or host
+    # (a host's CPU)
+    bound_by: str = "unknown"
     emulator_bound: bool = False
     bound_reason: str = ""
     # the measurements behind it: `usage` (CPU per process and of the machine over the
-    # completion window), `port_drops` (per switch, during the run), `links` (each direction's
-    # bytes, rate and load)
+    # completion window), `port_drops` (per switch, during the run), `link_queue_drops`, `links`
+    # (each direction's bytes, rate and load); a simulator adds its own (events, drops per
+    # queue)
     accounting: dict[str, Any] = field(default_factory=dict)
+    clock: str = "wall"  # what `seconds` is: wall (this machine's time) | simulated
+    wall_seconds: float | None = None  # the run's wall time when `seconds` is simulated
+    skipped: str = ""  # why the algorithm did not run on this network (nothing measured)
+    steps: int | None = None  # a host collective's schedule steps (None: INA, or not said)
+    exact: bool | None = None  # bit for bit the expected result (None: not checked so)
+    within_bound: bool | None = None  # within the error bound (None: not checked so)
+    host_sent: dict[str, int] = field(default_factory=dict)  # bytes each host sent
+    links: list[LinkUse] = field(default_factory=list)  # every link's bytes each way
+    packets: int | None = None  # frames into the switches, every port
+    retransmissions: int | None = None  # the workers' retransmitted frames
+
+    @classmethod
+    def skip(cls, algo: str, size: int, codec: str, why: str) -> Row:
+        """The row of an algorithm that does not run here, and why."""
+        return cls(
+            algo, size, codec, "-", False, float("nan"), 0, 0.0, 0.0, 0, "-", 0, None,
+            float("nan"), skipped=why,
+        )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -256,6 +320,9 @@ def make_row(
     drops: Mapping[str, Mapping[str, int]] | None = None,
     queue_drops: Mapping[str, int] | None = None,
     repeat: int = 1,
+    steps: int | None = None,
+    packets: int | None = None,
+    retransmissions: int | None = None,
 ) -> Row:
     """The row of a run: `problems` (failed workers, a dead switch) and the verdict's; with
     `usage` (CPU over the completion window), `drops` (per switch, its port drops during the
@@ -292,6 +359,13 @@ def make_row(
         emulator_bound=bound.emulator,
         bound_reason=bound.reason,
         accounting=accounting_json(usage, drops, loads, queue_drops),
+        steps=steps,
+        exact=not verdict.problems if check == "exact" else None,
+        within_bound=not verdict.problems if check == "bound" else None,
+        host_sent=sent,
+        links=list(uses),
+        packets=packets,
+        retransmissions=retransmissions,
     )
 
 
@@ -375,7 +449,8 @@ def make_point(group: Sequence[Row]) -> Point:
 
 
 def points(rows: Sequence[Row]) -> list[Point]:
-    return [make_point(g) for g in groups(rows)]
+    """Each algorithm and size that ran: the table's lines, the plot's points."""
+    return [make_point(g) for g in groups(rows) if not g[0].skipped]
 
 
 def median_row(group: Sequence[Row]) -> Row:
@@ -428,12 +503,60 @@ def _s(x: float | None) -> str:
     return f"{x:.3f}" if x is not None and math.isfinite(x) else "-"
 
 
+def _verdict(group: Sequence[Row]) -> str:
+    """What the checks found, of the first failed run, else of all: bit-exact, within bound."""
+    r = next((x for x in group if not x.verified), group[0])
+    parts = []
+    if r.exact is not None:
+        parts.append("bit-exact" if r.exact else "NOT bit-exact")
+    if r.within_bound is not None:
+        parts.append("within bound" if r.within_bound else "BOUND NOT MET")
+    return ", ".join(parts) or ("verified" if r.verified else "FAILED")
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+Cell = Callable[[Sequence[Row], Row, Point], str]  # (the runs, the median run, their point)
+
+# Every column a table of runs can have, by its header, with what its cell says. A network
+# shows the columns it measures (`TABLE_HEADER`: Mininet's; the embedded network's own list
+# is `cli/compare.py`'s): unshaped links have no floor or load, a kernel's interfaces count
+# no switch's packets.
+COLUMNS: dict[str, Cell] = {
+    "algorithm": lambda g, r, pt: r.algo,
+    "size": lambda g, r, pt: f"{r.size:,}",
+    "check": lambda g, r, pt: r.check if all(x.verified for x in g) else "FAILED",
+    "steps": lambda g, r, pt: "-" if r.steps is None else str(r.steps),
+    "time s": lambda g, r, pt: _s(pt.median if pt.seconds else r.seconds),
+    "min-max s": lambda g, r, pt: f"{pt.low:.3f}-{pt.high:.3f}" if len(pt.seconds) > 1 else "-",
+    "floor s": lambda g, r, pt: _s(r.floor_seconds),
+    "load": lambda g, r, pt: (
+        f"{100 * r.busiest_share:.0f} %" if r.busiest_share is not None else "-"
+    ),
+    "MB/host out": lambda g, r, pt: _mb(r.host_sent_max),
+    "host sent MB max/mean": lambda g, r, pt: f"{_mb(r.host_sent_max)} / {_mb(r.host_sent_mean)}",
+    "MB all links": lambda g, r, pt: _mb(r.link_bytes_total),
+    "busiest MB": lambda g, r, pt: _mb(r.busiest_bytes),
+    "busiest link": lambda g, r, pt: r.busiest_link,
+    "packets": lambda g, r, pt: _count(r.packets),
+    "retx": lambda g, r, pt: _count(r.retransmissions),
+    "busiest process": lambda g, r, pt: _process_cell(r),
+    "machine": lambda g, r, pt: _machine_cell(r),
+    "bound": lambda g, r, pt: bound_cell(g),
+    "max |error|": lambda g, r, pt: _error(max((x.max_abs_error for x in g), key=_nan_low)),
+    "result": lambda g, r, pt: _verdict(g),
+}
+LEFT = {"algorithm", "check", "busiest link", "busiest process", "bound", "result"}
+SPREAD = "min-max s"  # shown only when some algorithm and size ran more than once
+
 TABLE_HEADER = (
     "algorithm",
     "size",
     "check",
     "time s",
-    "min-max s",
+    SPREAD,
     "floor s",
     "load",
     "busiest link",
@@ -444,41 +567,28 @@ TABLE_HEADER = (
     "bound",
     "max |error|",
 )
-_LEFT = {"algorithm", "check", "busiest link", "busiest process", "bound"}
 
 
-def render_table(rows: Sequence[Row]) -> list[str]:
+def render_table(rows: Sequence[Row], columns: Sequence[str] = TABLE_HEADER) -> list[str]:
     """The comparison as text, one line per algorithm and size (repeated runs: the median
-    time, its range, the rest from the median run), sizes in elements, bytes in MB = 10^6."""
+    time, its range, the rest from the median run), in `columns` (`COLUMNS`' headers), sizes
+    in elements, bytes in MB = 10^6; an algorithm that was skipped says why in the last
+    column."""
     gs = groups(rows)
     spread = any(len(g) > 1 for g in gs)
-    header = tuple(h for h in TABLE_HEADER if spread or h != "min-max s")
+    header = tuple(h for h in columns if spread or h != SPREAD)
     cells = [header]
     for g in gs:
         r, pt = median_row(g), make_point(g)
-        load = f"{100 * r.busiest_share:.0f} %" if r.busiest_share is not None else "-"
-        line = {
-            "algorithm": r.algo,
-            "size": f"{r.size:,}",
-            "check": r.check if all(x.verified for x in g) else "FAILED",
-            "time s": _s(pt.median if pt.seconds else r.seconds),
-            "min-max s": f"{pt.low:.3f}-{pt.high:.3f}" if len(pt.seconds) > 1 else "-",
-            "floor s": _s(r.floor_seconds),
-            "load": load,
-            "busiest link": r.busiest_link,
-            "busiest MB": _mb(r.busiest_bytes),
-            "host sent MB max/mean": f"{_mb(r.host_sent_max)} / {_mb(r.host_sent_mean)}",
-            "busiest process": _process_cell(r),
-            "machine": _machine_cell(r),
-            "bound": bound_cell(g),
-            "max |error|": _error(max((x.max_abs_error for x in g), key=_nan_low)),
-        }
-        cells.append(tuple(line[h] for h in header))
-    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+        if r.skipped:
+            cells.append((r.algo, *["-"] * (len(header) - 2), f"skipped: {r.skipped}"))
+            continue
+        cells.append(tuple(COLUMNS[h](g, r, pt) for h in header))
+    widths = [max(len(c[i]) for c in cells if i < len(c)) for i in range(len(header))]
     lines = []
     for c in cells:
         parts = [
-            c[i].ljust(widths[i]) if header[i] in _LEFT else c[i].rjust(widths[i])
+            c[i].ljust(widths[i]) if header[i] in LEFT else c[i].rjust(widths[i])
             for i in range(len(c))
         ]
         lines.append("  ".join(parts).rstrip())
@@ -494,6 +604,8 @@ def bound_notes(rows: Sequence[Row]) -> list[str]:
     median run's reason; the median emulator-bound run's if any was)."""
     out = []
     for g in groups(rows):
+        if g[0].skipped:
+            continue
         marked = sum(r.emulator_bound for r in g)
         r = median_row([x for x in g if x.emulator_bound] if marked else g)
         if not marked and r.bound_by == "links":
