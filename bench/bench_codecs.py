@@ -2,7 +2,7 @@
 
 Throughput: one worker's encode and decode of an N-element float32 array (default 16M), in
 GB/s of float32 input per core, for both implementations side by side: the numpy reference
-(`impl="numpy"`, what the codecs ran before) and the compiled kernels (`impl="numba"`, the
+(`compiled=False`, what the codecs ran before) and the compiled kernels (`compiled=True`, the
 default, single-threaded), each next to a plain memcpy (np.copyto into an array already
 touched) of the same array measured in the same rounds, as a fraction of it. Time is the
 thread's CPU time (page faults included), so that other processes on a shared machine do not
@@ -48,12 +48,11 @@ from inaemu.hostlib.codecs import (
     inceptionn,
     simulate_allreduce,
 )
-from inaemu.hostlib.codecs._util import Impl
 
 N_WORKERS = 8
 SEED = 20240211
 clock = time.thread_time  # CPU time of this thread: other processes' load does not count
-IMPLS: tuple[Impl, ...] = ("numpy", "numba")  # before and after
+IMPLS = {"numpy": False, "numba": True}  # before and after: label -> compiled
 
 
 def gradient(
@@ -90,26 +89,26 @@ def drive_timed(
     return sum(spans[:-1]), spans[-1], phases, result
 
 
-# One case: impl -> a function timing one encode and decode, (encode s, decode s)
-Case = Callable[[Impl], Callable[[], tuple[float, float]]]
+# One case: compiled -> a function timing one encode and decode, (encode s, decode s)
+Case = Callable[[bool], Callable[[], tuple[float, float]]]
 
 
-def codec_case(make: Callable[[Impl], HomomorphicCodec], x: npt.NDArray[Any]) -> Case:
-    def bind(impl: Impl) -> Callable[[], tuple[float, float]]:
-        codec = make(impl)  # one object for all rounds: its phase buffers are reused
+def codec_case(make: Callable[[bool], HomomorphicCodec], x: npt.NDArray[Any]) -> Case:
+    def bind(compiled: bool) -> Callable[[], tuple[float, float]]:
+        codec = make(compiled)  # one object for all rounds: its phase buffers are reused
         return lambda: drive_timed(codec, x)[:2]
 
     return bind
 
 
 def inceptionn_case(x: npt.NDArray[np.float32]) -> Case:
-    def bind(impl: Impl) -> Callable[[], tuple[float, float]]:
+    def bind(compiled: bool) -> Callable[[], tuple[float, float]]:
         def run() -> tuple[float, float]:
             t = clock()
-            buf = inceptionn.compress(x, impl=impl)
+            buf = inceptionn.compress(x, compiled=compiled)
             t_c = clock() - t
             t = clock()
-            inceptionn.decompress(buf, impl=impl)
+            inceptionn.decompress(buf, compiled=compiled)
             return t_c, clock() - t
 
         return run
@@ -126,22 +125,22 @@ def throughput(n: int, reps: int) -> None:
     xi = (x * 2**20).astype(np.int32)
     enc_s, dec_s, _, _ = drive_timed(Int32Codec(), xi)
     cases: list[tuple[str, Case]] = [
-        ("fixedpoint", codec_case(lambda impl: FixedPointCodec(impl=impl), x))
+        ("fixedpoint", codec_case(lambda compiled: FixedPointCodec(compiled=compiled), x))
     ]
     for density in (0.01, 0.10, 1.0):
         xs = gradient(n, density)
         cases.append(
-            (f"sketch, density {density:.0%}", codec_case(lambda i: SketchCodec(impl=i), xs))
+            (f"sketch, density {density:.0%}", codec_case(lambda c: SketchCodec(compiled=c), xs))
         )
         if density < 1.0:
-            compact = codec_case(lambda i: SketchCodec(payload="compact", impl=i), xs)
+            compact = codec_case(lambda c: SketchCodec(payload="compact", compiled=c), xs)
             cases.append((f"sketch compact, density {density:.0%}", compact))
     for sigma in (1e-3, 1e-2, 1e-1):
         cases.append((f"inceptionn, sigma {sigma:g}", inceptionn_case(gradient(n, 1.0, sigma))))
-    runs = {(name, impl): case(impl) for name, case in cases for impl in IMPLS}
+    runs = {(name, impl): case(IMPLS[impl]) for name, case in cases for impl in IMPLS}
     t = time.perf_counter()
     for (_, impl), run in runs.items():
-        if impl == "numba":
+        if IMPLS[impl]:
             run()  # compiles the kernels, or loads them from numba's cache
     first = time.perf_counter() - t
     dst = np.empty_like(x)

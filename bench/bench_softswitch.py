@@ -4,7 +4,7 @@
 
 1. in-process, both data planes side by side: the same frames of n workers (round robin per
    chunk, SUM) handed to `process_batch` in batches of BATCH_FRAMES, to the reference
-   pipeline (softswitch/pipeline.py, frame by frame in Python) and to the fast one
+   pipeline (softswitch/reference.py, frame by frame in Python) and to the fast one
    (softswitch/fast/, compiled; warmed up before the clock starts), repetitions alternating
    so that both see the same machine; reports packets/s into the switch, aggregated
    elements/s (packets x K) and the ratio fast / reference measured in this run. Both run one

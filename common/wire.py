@@ -2,7 +2,10 @@
 
 A frame is Ethernet / IPv4 (no options) / UDP (dport INA_UDP_PORT) / INA header / K lanes of
 32 bits, all big-endian. Every field the P4 header declares is listed in `INA_HEADER_FIELDS`, in
-order, with its width; `tests/test_wire_p4_agreement.py` reads the P4 source and checks it.
+order, with its width; `tests/test_p4_agreement.py` reads the P4 source and checks it. The
+numpy record of the INA part (`INA_DTYPE`) is checked against it as this module loads, and
+every byte offset (`INA_AT`) and the `struct` format (`INA_HEADER_STRUCT`) are read off that
+dtype: code that reads or writes a header takes its offsets from here, never as literals.
 
 Batch pack/unpack works on numpy structured arrays so that building or parsing thousands of
 frames costs a handful of vectorized operations, never a Python loop per lane.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -84,7 +88,8 @@ def seq_field(run: int, chunk: int) -> int:
 
 
 # The INA part of a frame (header + K lanes) as a numpy record: what transports carry and the
-# client works on. '>' makes every multi-byte field big-endian.
+# client works on. '>' makes every multi-byte field big-endian. The header's bytes, in order:
+# INA_HEADER_FIELDS with the two 4-bit fields in one byte (checked below, as the import runs).
 INA_FIELDS_DTYPE: list[tuple[str, str] | tuple[str, str, tuple[int, ...]]] = [
     ("ver_flags", "u1"),
     ("opcode", "u1"),
@@ -99,6 +104,54 @@ INA_FIELDS_DTYPE: list[tuple[str, str] | tuple[str, str, tuple[int, ...]]] = [
 INA_DTYPE = np.dtype(INA_FIELDS_DTYPE)
 INA_BYTES = INA_HEADER_BYTES + LANES_BYTES  # 270 for K=64
 assert INA_DTYPE.itemsize == INA_BYTES
+
+
+def field_offsets(dtype: np.dtype[np.void]) -> dict[str, int]:
+    """Each field of a record dtype and its byte offset, in order."""
+    fields = dtype.fields
+    assert fields is not None, f"{dtype} is not a record dtype"
+    return {name: int(fields[name][1]) for name in dtype.names or ()}
+
+
+class InaLayout(NamedTuple):
+    """Where each field of the INA part of a frame (header, then lanes) starts, in bytes from
+    its start: `INA_AT`, read off `INA_DTYPE` (the names are the dtype's; a NamedTuple, so that
+    code compiled with numba can take it whole)."""
+
+    ver_flags: int
+    opcode: int
+    job_id: int
+    tree_id: int
+    lanes: int
+    slot: int
+    contrib: int
+    seq: int
+    values: int
+
+
+INA_AT = InaLayout(**field_offsets(INA_DTYPE))
+INA_HEADER_NAMES = InaLayout._fields[:-1]  # every field but the lanes
+# The header as `struct` reads and writes it: (ver_flags, opcode, job_id, ..., seq).
+INA_HEADER_STRUCT = struct.Struct(
+    ">" + "".join({1: "B", 2: "H", 4: "I"}[INA_DTYPE[name].itemsize] for name in INA_HEADER_NAMES)
+)
+
+
+def _byte_layout(fields: tuple[tuple[str, int], ...]) -> list[tuple[int, int]]:
+    """(offset, bytes) of each whole byte or run of bytes the bit fields fill, in order."""
+    out, bits, start = [], 0, 0
+    for _name, width in fields:
+        bits += width
+        if bits % 8 == 0:
+            out.append((start // 8, (bits - start) // 8))
+            start = bits
+    return out
+
+
+assert _byte_layout(INA_HEADER_FIELDS) == [
+    (at, INA_DTYPE[name].itemsize) for name, at in zip(INA_HEADER_NAMES, INA_AT, strict=False)
+], "INA_FIELDS_DTYPE's header is not INA_HEADER_FIELDS byte for byte"
+assert INA_HEADER_STRUCT.size == INA_AT.values == INA_HEADER_BYTES
 
 # One whole frame: Ethernet / IPv4 / UDP / INA.
 FRAME_DTYPE = np.dtype(
@@ -124,6 +177,8 @@ FRAME_DTYPE = np.dtype(
     ]
 )
 assert FRAME_DTYPE.itemsize == FRAME_BYTES
+FRAME_AT = field_offsets(FRAME_DTYPE)  # byte offsets in a frame, by field name
+assert FRAME_AT["ver_flags"] == INA_OFFSET
 
 
 def ipv4_checksum(header: bytes) -> int:
@@ -246,8 +301,7 @@ class InaHeader:
     seq: int = 0
 
     def pack(self) -> bytes:
-        return struct.pack(
-            "!BBHBBHHI",
+        return INA_HEADER_STRUCT.pack(
             ((self.version & 0xF) << 4) | (self.flags & 0xF),
             self.opcode,
             self.job_id,
@@ -262,10 +316,5 @@ class InaHeader:
     def unpack(cls, data: bytes) -> InaHeader:
         if len(data) < INA_HEADER_BYTES:
             raise ValueError(f"INA header needs {INA_HEADER_BYTES} bytes, got {len(data)}")
-        vf, op, job, tree, lanes, slot, contrib, seq = struct.unpack(
-            "!BBHBBHHI", data[:INA_HEADER_BYTES]
-        )
+        vf, op, job, tree, lanes, slot, contrib, seq = INA_HEADER_STRUCT.unpack_from(data)
         return cls(vf >> 4, vf & 0xF, op, job, tree, lanes, slot, contrib, seq)
-
-
-assert struct.calcsize("!BBHBBHHI") == INA_HEADER_BYTES

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import struct
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -62,11 +61,12 @@ from typing import NoReturn, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from inaemu.common import jit
 from inaemu.common.wire import (
     FRAME_BYTES,
     INA_BYTES,
     INA_DTYPE,
-    INA_HEADER_BYTES,
+    INA_HEADER_STRUCT,
     INA_VERSION,
     INT32_MAX,
     MAX_RUN,
@@ -90,8 +90,6 @@ DUPTHRESH = 3  # later chunks of a tree answered before a chunk is presumed lost
 MAX_WAIT = 0.05  # seconds the loop waits for results at most between checks
 SMALL_BATCH = 8  # batches up to this size are matched record by record, larger ones in numpy
 OTHER_RUN = kernels.OTHER_RUN_CHUNK  # a match: a result of another run (the run check)
-_HEADER = struct.Struct(">BBHBBHHI")  # the INA header (wire.INA_FIELDS_DTYPE without lanes)
-assert _HEADER.size == INA_HEADER_BYTES
 _RESULT, _OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
 _NO_HEAD = np.zeros(0, np.uint8)
 
@@ -225,18 +223,16 @@ class ClientStats:
 
 
 def warm_up(codec: object | None = None, dtype: npt.DTypeLike = np.float32) -> float:
-    """Load the client's compiled kernels and, given `codec`, the codec's for inputs of
-    `dtype` (`codecs.warm_up`: the codec once on a small sparse array with no network); the
-    seconds it took. numba loads (or compiles) a kernel on its first call, a fraction of a
-    second per process: a worker that calls this before its first allreduce does not pay for
-    it there."""
-    started = time.perf_counter()
-    kernels.warm_up()
-    if codec is not None:
-        from inaemu.hostlib.codecs import warm_up as warm_up_codec
+    """What a worker process needs loaded, through the one warm-up (`common.jit.warm_up`): the
+    client's compiled kernels and, given `codec`, the codec's for inputs of `dtype` (the codec
+    once on a small sparse array with no network); the seconds it took. numba loads (or
+    compiles) a kernel on its first call, a fraction of a second per process: a worker that
+    calls this before its first allreduce does not pay for it there."""
+    if codec is None:
+        return jit.warm_up(kernels.load).seconds
+    from inaemu.hostlib.codecs import loader
 
-        warm_up_codec(codec, dtype)
-    return time.perf_counter() - started
+    return jit.warm_up(kernels.load, loader(codec, dtype)).seconds
 
 
 class InaClient:
@@ -454,19 +450,7 @@ class InaClient:
         `flat` in K lanes each, the last chunk zero-padded, and `contrib`."""
         if self.compiled:
             raw = np.empty((n_chunks, INA_BYTES), np.uint8)
-            kernels.pack_chunks(
-                flat,
-                raw,
-                _NO_HEAD,
-                first,
-                self.window,
-                self.n_trees,
-                run,
-                int(opcode),
-                self.job_id,
-                INA_VERSION << 4,
-                contrib,
-            )
+            kernels.pack_chunks(flat, raw, _NO_HEAD, self._header(first, opcode, run, contrib))
             return raw.view(INA_DTYPE).reshape(-1)
         n = flat.size
         padded = np.zeros(n_chunks * K, dtype=np.int32)
@@ -500,21 +484,21 @@ class InaClient:
         one per row, and the payloads in them)."""
         head = transport.head
         frames = np.empty((n_chunks, len(head) + INA_BYTES), np.uint8)
-        kernels.pack_chunks(
-            flat,
-            frames,
-            head,
-            first,
-            self.window,
-            self.n_trees,
-            run,
-            int(opcode),
-            self.job_id,
-            INA_VERSION << 4,
-            contrib,
-        )
+        kernels.pack_chunks(flat, frames, head, self._header(first, opcode, run, contrib))
         payloads = frames[:, len(head) :].view(INA_DTYPE).reshape(-1)
         return frames, payloads
+
+    def _header(self, first: int, opcode: Opcode, run: int, contrib: int) -> kernels.ChunkHeader:
+        return kernels.ChunkHeader(
+            first=first,
+            window=self.window,
+            n_trees=self.n_trees,
+            run=run,
+            opcode=int(opcode),
+            job_id=self.job_id,
+            ver_flags=INA_VERSION << 4,
+            contrib=contrib,
+        )
 
     def _note_state(self) -> None:
         st, rtt = self.stats, self.rtt
@@ -590,14 +574,29 @@ class _Exchange:
         self.event = -1
         self.remaining = n
         self.last_progress = client.clock()
-        # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT], a batch's RTT
-        # samples and matches (grown to the largest batch)
-        self.rtt_state = np.zeros(4, dtype=np.float64)
+        # the compiled path's scratch: [has SRTT, SRTT, RTTVAR, min RTT, and the recursion's
+        # gains alpha, beta] (`kernels.take_results`), a batch's RTT samples and matches
+        # (grown to the largest batch)
+        self.rtt_state = np.zeros(6, dtype=np.float64)
         # with a framed transport, the frames it sends as they are (`_frames`)
         self.frames: npt.NDArray[np.uint8] | None = None
         self.framed: FramedTransport | None = None
         self.rtts = np.empty(0, dtype=np.float64)
         self.chunks = np.empty(0, dtype=np.int64)
+        # the arrays above as the kernels take them (never replaced, only changed in place)
+        self.sending = kernels.Sending(
+            sent_at=self.sent_at, deadline=self.deadline, slot_latest=self.slot_latest
+        )
+        self.results = kernels.Results(
+            done=self.done,
+            retries=self.retries,
+            result=self.result,
+            overflow=self.overflow,
+            answered_once=self.answered_once,
+        )
+        self.scratch = kernels.Scratch(rtts=self.rtts, chunks=self.chunks)
+        self.sent = kernels.sent_args(self.sending, self.tx)
+        self.taking: kernels.TakeArgs | None = None  # made on the first batch (the run's)
 
     # ---------------------------------------------------------------- sending
 
@@ -626,10 +625,7 @@ class _Exchange:
         elif c.compiled:
             assert isinstance(idx, slice)
             due = now + c.rtt.timeout(0)
-            kernels.sent_new(
-                self.sent_at, self.tx, self.deadline, self.slot_latest,
-                idx.start, idx.stop, self.first, now, due, c._tx,
-            )  # fmt: skip
+            kernels.sent_new(idx.start, idx.stop, self.first, now, due, c._tx, *self.sent)
             c._tx += count
         else:
             assert isinstance(idx, slice)
@@ -699,7 +695,9 @@ class _Exchange:
             buf = got.tobytes()
             latest_of = self.slot_latest
             for off in range(0, len(buf), INA_BYTES):
-                ver_flags, _, job, _, _, slot, contrib, seq = _HEADER.unpack_from(buf, off)
+                ver_flags, _, job, _, _, slot, contrib, seq = INA_HEADER_STRUCT.unpack_from(
+                    buf, off
+                )
                 index = slot & SLOT_INDEX_MASK
                 chunk = -1
                 if (
@@ -750,14 +748,14 @@ class _Exchange:
         """A batch of received records: results complete their chunks."""
         if got.dtype != INA_DTYPE:  # e.g. concatenated: numpy makes the fields native
             got = got.astype(INA_DTYPE)
-        if self.c.compiled and self.take_compiled(got, now):
-            return
-        self.take_reference(got, now)
+        if not self.c.compiled:
+            self.take_reference(got, now)
+        elif not self.take_compiled(got, now):
+            self.take_declined(got, now)
 
     def take_reference(self, got: npt.NDArray[np.void], now: float) -> None:
         """`take` without the compiled pass: in numpy for a large batch of first results,
         else record by record."""
-        c, st = self.c, self.c.stats
         if len(got) > SMALL_BATCH:
             matched = self.match_many(got)
             if (matched == OTHER_RUN).any():
@@ -769,6 +767,21 @@ class _Exchange:
             chunks = self.match(got)
             if OTHER_RUN in chunks:
                 self.other_run(got[chunks.index(OTHER_RUN)])
+        self.take_records(got, chunks, now)
+
+    def take_declined(self, got: npt.NDArray[np.void], now: float) -> None:
+        """A batch the compiled pass declined (a duplicate, a result for a chunk presumed lost,
+        a chunk twice): record by record at once. `take_first_results` declines every batch
+        the compiled pass does (the same conditions), so it is not tried."""
+        chunks = self.match(got) if len(got) <= SMALL_BATCH else self.match_many(got).tolist()
+        if OTHER_RUN in chunks:
+            self.other_run(got[chunks.index(OTHER_RUN)])
+        self.take_records(got, chunks, now)
+
+    def take_records(self, got: npt.NDArray[np.void], chunks: list[int], now: float) -> None:
+        """`take`, record by record: `chunks[j]` is the chunk record j is a result of (`match`;
+        -1 if none, never OTHER_RUN)."""
+        c, st = self.c, self.c.stats
         flags = got["ver_flags"].tolist()
         values = got["values"]
         done, deadline, lost, retries = self.done, self.deadline, self.lost, self.retries
@@ -871,11 +884,11 @@ class _Exchange:
     ) -> None:
         """`take` for records where a framed transport received them: record j at
         buf[offsets[j]:]. The compiled pass takes them in place; a batch it declines is
-        copied out and taken by the reference paths."""
+        copied out and taken record by record (`take_declined`)."""
         if not self.take_at(buf, offsets, now):
             got = np.empty((len(offsets), INA_BYTES), np.uint8)
             kernels.copy_rows(buf, offsets, got)
-            self.take_reference(got.view(INA_DTYPE).reshape(-1), now)
+            self.take_declined(got.view(INA_DTYPE).reshape(-1), now)
 
     def take_at(
         self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], now: float
@@ -886,20 +899,30 @@ class _Exchange:
         if len(self.chunks) < n:
             self.chunks = np.empty(n, dtype=np.int64)
             self.rtts = np.empty(n, dtype=np.float64)
+            self.scratch = kernels.Scratch(rtts=self.rtts, chunks=self.chunks)
+            self.taking = None
         state = self.rtt_state
-        state[:] = (0.0, 0.0, 0.0, rtt.min_rtt) if rtt.srtt is None else (
-            1.0, rtt.srtt, rtt.rttvar, rtt.min_rtt
-        )  # fmt: skip
         scale = max(self.in_flight, 1)  # per_rtt
-        limited = 2 * self.in_flight >= c.cc.allowed
-        assert c.run is not None
-        status, n_new, n_over, n_rtts, base = kernels.take_results(
-            buf, offsets, c.job_id, c.run, self.expect, c.window, self.first & SEQ_CHUNK_MASK,
-            self.slot_latest,
-            self.done, self.deadline, self.retries, self.sent_at, self.result, self.overflow,
-            self.answered_once, now, self.base, self.next_new,
-            state, rtt.ALPHA / scale, rtt.BETA / scale, self.rtts, self.chunks,
+        alpha, beta = rtt.ALPHA / scale, rtt.BETA / scale
+        state[:] = (0.0, 0.0, 0.0, rtt.min_rtt, alpha, beta) if rtt.srtt is None else (
+            1.0, rtt.srtt, rtt.rttvar, rtt.min_rtt, alpha, beta
         )  # fmt: skip
+        limited = 2 * self.in_flight >= c.cc.allowed
+        taking = self.taking
+        if taking is None:
+            assert c.run is not None
+            match = kernels.Match(
+                job_id=c.job_id,
+                run=c.run,
+                expect=self.expect,
+                window=c.window,
+                first16=self.first & SEQ_CHUNK_MASK,
+            )
+            taking = kernels.take_args(match, self.sending, self.results, self.scratch)
+            self.taking = taking
+        status, n_new, n_over, n_rtts, base = kernels.take_results(
+            buf, offsets, now, self.base, self.next_new, state, *taking
+        )
         if status == kernels.OTHER_RUN:  # n_new: the record's index
             at = int(offsets[n_new])
             self.other_run(buf[at : at + INA_BYTES].view(INA_DTYPE)[0])

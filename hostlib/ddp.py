@@ -5,7 +5,8 @@
     ddp_model.register_comm_hook(state, ina_allreduce_hook)
 
 Every bucket is summed over the job's workers by `InaClient.allreduce` with the chosen codec and
-divided by the world size, as DDP's default all-reduce hook averages. Making the state starts a
+divided by the world size, as DDP's default all-reduce hook averages; the average is written
+into the bucket in place, with no copy of it on the way. Making the state starts a
 new run on the client (docs/protocol.md, "Runs and installations"; the client needs no `run=`
 of its own): rank 0 draws a run id and broadcasts it over the default process group, so every
 rank must make its state (a collective call, as DDP's own construction is), after
@@ -157,11 +158,14 @@ def ina_allreduce_hook(
     if tensor.device.type != "cpu":
         raise ValueError(f"the INA hook needs CPU gradients, got a bucket on {tensor.device}")
     start = time.perf_counter()
-    array = tensor.detach().numpy()
+    array = tensor.detach().numpy()  # the bucket's own memory
     total = state.client.allreduce(array, state.codec)
     world = state.client.n_workers or dist.get_world_size()
-    averaged = torch.from_numpy(np.asarray(total, dtype=array.dtype) / world).to(tensor.dtype)
-    tensor.copy_(averaged.reshape(tensor.shape))
+    summed = np.asarray(total, dtype=array.dtype).reshape(array.shape)
+    if array.dtype.kind == "f":  # the average written straight into the bucket: no copy
+        np.divide(summed, world, out=array)
+    else:  # (integer buckets: numpy's true division makes floats, truncated back as before)
+        tensor.copy_(torch.from_numpy(summed / world).to(tensor.dtype))
     state.buckets += 1
     state.elements += array.size
     state.seconds += time.perf_counter() - start

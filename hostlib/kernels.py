@@ -14,27 +14,36 @@ two against each other, state for state and bit for bit):
 - `frame_records`, `payload_offsets`, `copy_rows`: frames onto a loopback wire's stream, and
   the INA payloads of received frames found and copied out (`transport.ina_payloads`).
 
-Records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets come from
-that dtype. No fastmath: the RTT recursion must round as Python's floats do.
+The client hands `pack_chunks`, `take_results` and `sent_new` their arrays and parameters in
+records (NamedTuples, named and typed: `ChunkHeader`, `Match`, `Sending`, `Results`,
+`Scratch`), which mypy checks where they are made; they reach the compiled kernels as
+separate arguments (numba types an array argument in C and a NamedTuple in Python, a
+microsecond a call), taken apart once per exchange for the calls made per batch
+(`take_args`, `sent_args`: `take_results(buf, offsets, now, base, next_new, rtt, *args)`),
+and `check_parameters` holds each kernel's parameters to the records' fields.
+
+INA records are handled as bytes (`wire.INA_DTYPE` is big-endian); the field offsets come
+from that dtype (`wire.INA_AT`). No fastmath: the RTT recursion must round as Python's
+floats do.
 
 Compiled on first use (about a second each) and cached on disk (`cache=True`: in __pycache__
-beside this file, or elsewhere: `common/jit.py`); `warm_up` loads them all.
+beside this file, or elsewhere: `common/jit.py`); `load` loads them all (`common.jit.warm_up`).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, NewType
 
 import numpy as np
+import numpy.typing as npt
 
-from inaemu.common.jit import cached_njit
+from inaemu.common.jit import check_parameters, kernel
 from inaemu.common.wire import (
     ETHERTYPE_IPV4,
+    FRAME_AT,
     FRAME_BYTES,
+    INA_AT,
     INA_BYTES,
-    INA_DTYPE,
     INA_OFFSET,
     IP_PROTO_UDP,
     RUN_SHIFT,
@@ -45,27 +54,9 @@ from inaemu.common.wire import (
     K,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _jit(fn: F) -> F:
-    """numba's njit, typed: a kernel keeps its Python signature for mypy."""
-    return cached_njit(fn, nogil=True, error_model="numpy")
-
-
-def _offset(name: str) -> int:
-    field = INA_DTYPE.fields[name] if INA_DTYPE.fields else None
-    assert field is not None
-    return int(field[1])
-
-
-VER_FLAGS, OPCODE, JOB, TREE, LANES = (
-    _offset(n) for n in ("ver_flags", "opcode", "job_id", "tree_id", "lanes")
-)
-SLOT, CONTRIB, SEQ, VALUES = (_offset(n) for n in ("slot", "contrib", "seq", "values"))
+VER_FLAGS, OPCODE, JOB, TREE, LANES, SLOT, CONTRIB, SEQ, VALUES = INA_AT  # wire.INA_DTYPE's
 RESULT, OVERFLOW = int(Flag.RESULT), int(Flag.OVERFLOW)
-ETH_TYPE = 12  # byte offsets in a frame: the EtherType, the IPv4 protocol
-IP_PROTO = 23
+ETH_TYPE, IP_PROTO = FRAME_AT["eth_type"], FRAME_AT["ip_proto"]  # byte offsets in a frame
 ETH_TYPE_HI, ETH_TYPE_LO = ETHERTYPE_IPV4 >> 8, ETHERTYPE_IPV4 & 0xFF
 
 # status of take_results
@@ -73,14 +64,97 @@ TAKEN, DECLINED, OTHER_RUN = 0, 1, 2
 OTHER_RUN_CHUNK = -2  # `_match`: a result of this job, run and chunk with another run's contrib
 
 
-@_jit
+@kernel
 def _put16(r: Any, at: int, v: int) -> None:
     r[at] = (v >> 8) & 0xFF
     r[at + 1] = v & 0xFF
 
 
-@_jit
-def pack_chunks(
+# ---- records: what the client hands the kernels, named and typed (module doc)
+
+U8s = npt.NDArray[np.uint8]
+I32s = npt.NDArray[np.int32]
+I64s = npt.NDArray[np.int64]
+F64s = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+
+class ChunkHeader(NamedTuple):
+    """What an operation's chunks carry besides their values (`pack_chunks`)."""
+
+    first: int  # the operation's first chunk number in the run
+    window: int  # the job's pool (W slots)
+    n_trees: int
+    run: int
+    opcode: int
+    job_id: int
+    ver_flags: int
+    contrib: int
+
+
+class Match(NamedTuple):
+    """What tells an operation's results from other records (`_Exchange.match`)."""
+
+    job_id: int
+    run: int
+    expect: int  # the contrib every result carries (-1: any)
+    window: int
+    first16: int  # the operation's first chunk number, mod 2^16
+
+
+class Sending(NamedTuple):
+    """An exchange's per-chunk record of what went out (`_Exchange`'s arrays)."""
+
+    sent_at: F64s  # per chunk: when its latest copy went out
+    deadline: F64s  # per chunk: its timer (inf: none running)
+    slot_latest: I64s  # per slot: the latest chunk sent in it (-1: none)
+
+
+class Results(NamedTuple):
+    """An exchange's per-chunk record of what came back (`_Exchange`'s arrays)."""
+
+    done: Bools
+    retries: I32s
+    result: I32s  # (chunks, K)
+    overflow: Bools
+    answered_once: I64s  # per tree: the highest chunk answered from its only copy
+
+
+class Scratch(NamedTuple):
+    """Room for a batch's RTT samples and matches (one per record at least)."""
+
+    rtts: F64s
+    chunks: I64s
+
+
+def pack_chunks(values: I32s, out: U8s, head: U8s, header: ChunkHeader) -> None:
+    """`_pack_chunks` (its doc), the header a record."""
+    _pack_chunks(values, out, head, *header)
+
+
+# What an exchange hands a kernel on every batch, taken apart once from its records (made
+# again when one changes): the records' fields in order, the kernel's last parameters, so that
+# a call is `take_results(buf, offsets, now, base, next_new, rtt, *args)`.
+TakeArgs = NewType("TakeArgs", tuple[Any, ...])
+SentArgs = NewType("SentArgs", tuple[Any, ...])
+
+
+def take_args(match: Match, sending: Sending, results: Results, scratch: Scratch) -> TakeArgs:
+    """The records `take_results` reads and changes, for its calls."""
+    return TakeArgs((*match, *sending, *results, *scratch))
+
+
+def sent_args(sending: Sending, tx: I64s) -> SentArgs:
+    """The arrays `sent_new` sets, for its calls: `tx` per chunk its latest copy's
+    transmission number."""
+    return SentArgs((*sending, tx))
+
+
+# ---- the kernels (their parameters are the records' fields: `check_parameters` below)
+
+
+@kernel
+def _pack_chunks(
     values: Any,
     out: Any,
     head: Any,
@@ -130,12 +204,12 @@ def pack_chunks(
             r[at] = 0
 
 
-@_jit
+@kernel
 def _u16(buf: Any, at: int) -> Any:
     return (np.int64(buf[at]) << 8) | np.int64(buf[at + 1])
 
 
-@_jit
+@kernel
 def _match(
     buf: Any,
     at: int,
@@ -167,29 +241,27 @@ def _match(
     return chunk
 
 
-@_jit
+@kernel
 def take_results(
     buf: Any,
     offsets: Any,
+    now: float,
+    base: int,
+    next_new: int,
+    rtt: Any,
     job_id: int,
     run: int,
     expect: int,
     window: int,
     first16: int,
+    sent_at: Any,
+    deadline: Any,
     slot_latest: Any,
     done: Any,
-    deadline: Any,
     retries: Any,
-    sent_at: Any,
     result: Any,
     overflow: Any,
     answered_once: Any,
-    now: float,
-    base: int,
-    next_new: int,
-    rtt: Any,
-    alpha: float,
-    beta: float,
     rtts: Any,
     chunks: Any,
 ) -> tuple[int, int, int, int, int]:
@@ -203,7 +275,8 @@ def take_results(
     deadline). Else TAKEN: each such chunk is done, its lanes in `result`, its
     OVERFLOW flag in `overflow`, its deadline infinite; a chunk sent once (retries 0) gives an
     RTT sample, now - sent_at, in `rtts` in record order and through RFC 6298's recursion on
-    `rtt` = [has SRTT, SRTT, RTTVAR, min RTT] with gains alpha, beta
+    `rtt` = [has SRTT, SRTT, RTTVAR, min RTT, alpha, beta] (the first four updated) with gains
+    alpha, beta
     (`RttEstimator.sample_many`), and raises its tree's `answered_once`; the base moves past
     the done chunks below `next_new`. `chunks`: room for the matches, one per record."""
     n = offsets.size
@@ -221,7 +294,7 @@ def take_results(
             return DECLINED, 0, 0, 0, base
         if i >= 0:
             done[i] = True  # marks it for the duplicate test of the records after it
-    has, srtt, rttvar, low = rtt[0], rtt[1], rtt[2], rtt[3]
+    has, srtt, rttvar, low, alpha, beta = rtt[0], rtt[1], rtt[2], rtt[3], rtt[4], rtt[5]
     n_new = n_over = n_rtts = 0
     for j in range(n):
         i = chunks[j]
@@ -264,18 +337,18 @@ def take_results(
     return TAKEN, n_new, n_over, n_rtts, base
 
 
-@_jit
+@kernel
 def sent_new(
-    sent_at: Any,
-    tx: Any,
-    deadline: Any,
-    slot_latest: Any,
     start: int,
     stop: int,
     first: int,
     now: float,
     due: float,
     tx0: int,
+    sent_at: Any,
+    deadline: Any,
+    slot_latest: Any,
+    tx: Any,
 ) -> None:
     """New chunks start..stop-1 went out at `now`: their send time, transmission numbers from
     tx0, deadline `due`, and each is now the latest chunk of its slot."""
@@ -287,7 +360,7 @@ def sent_new(
         slot_latest[(first + i) % window] = i
 
 
-@_jit
+@kernel
 def frame_records(payloads: Any, head: Any, out: Any) -> None:
     """out = one record per payload row, back to back: `head` (a record's length and the
     frame's Ethernet/IPv4/UDP headers) then the payload."""
@@ -302,7 +375,7 @@ def frame_records(payloads: Any, head: Any, out: Any) -> None:
             out[at + h + b] = row[b]
 
 
-@_jit
+@kernel
 def payload_offsets(
     buf: Any, offsets: Any, lengths: Any, min_length: int, skip: int, check: bool, out: Any
 ) -> int:
@@ -325,7 +398,7 @@ def payload_offsets(
     return n
 
 
-@_jit
+@kernel
 def copy_rows(buf: Any, offsets: Any, out: Any) -> None:
     """out[j] = a row's width of bytes from buf[offsets[j]]."""
     for j in range(offsets.size):
@@ -335,25 +408,51 @@ def copy_rows(buf: Any, offsets: Any, out: Any) -> None:
             row[b] = buf[src + b]
 
 
-def warm_up() -> float:
-    """Load (or compile) every kernel here, so that the first operation does not wait for
-    numba; the seconds it took."""
-    started = time.perf_counter()
+check_parameters(_pack_chunks, "values", "out", "head", ChunkHeader)
+check_parameters(
+    take_results,
+    "buf",
+    "offsets",
+    "now",
+    "base",
+    "next_new",
+    "rtt",
+    Match,
+    Sending,
+    Results,
+    Scratch,
+)
+check_parameters(sent_new, "start", "stop", "first", "now", "due", "tx0", Sending, "tx")
+
+
+def load() -> None:
+    """Every kernel here loaded (or compiled): `common.jit.warm_up(load)`, once per process,
+    so that the first operation does not wait for numba."""
     recs = np.zeros((1, INA_BYTES), np.uint8)
     head = np.zeros(2 + INA_OFFSET, np.uint8)
+    header = ChunkHeader(
+        first=0, window=1, n_trees=1, run=0, opcode=0, job_id=0, ver_flags=0, contrib=1
+    )
     for out, h in ((recs, head[:0]), (np.zeros((1, head.size + INA_BYTES), np.uint8), head)):
-        pack_chunks(np.zeros(1, np.int32), out, h, 0, 1, 1, 0, 0, 0, 0, 1)
+        pack_chunks(np.zeros(1, np.int32), out, h, header)
     flags = np.zeros(1, np.bool_)
     times = np.zeros(1, np.float64)
     ints = np.zeros(1, np.int64)
-    take_results(
-        recs.reshape(-1), ints, 0, 0, -1, 1, 0, ints.copy(), flags, times.copy(),
-        np.zeros(1, np.int32), times, np.zeros((1, K), np.int32), flags.copy(), ints.copy(),
-        0.0, 0, 0, np.zeros(4), 0.1, 0.1, times.copy(), ints.copy(),
-    )  # fmt: skip
-    sent_new(times, ints, times.copy(), ints.copy(), 0, 0, 0, 0.0, 0.0, 0)
+    sending = Sending(sent_at=times, deadline=times.copy(), slot_latest=ints.copy())
+    results = Results(
+        done=flags,
+        retries=np.zeros(1, np.int32),
+        result=np.zeros((1, K), np.int32),
+        overflow=flags.copy(),
+        answered_once=ints.copy(),
+    )
+    match = Match(job_id=0, run=0, expect=-1, window=1, first16=0)
+    scratch = Scratch(rtts=times.copy(), chunks=ints.copy())
+    args = take_args(match, sending, results, scratch)
+    rtt = np.array([0.0, 0.0, 0.0, 0.0, 0.1, 0.1])
+    take_results(recs.reshape(-1), ints.copy(), 0.0, 0, 0, rtt, *args)
+    sent_new(0, 0, 0, 0.0, 0.0, 0, *sent_args(sending, ints))
     frames = np.zeros(FRAME_BYTES + 2, np.uint8)
     frame_records(recs, head, frames)
     payload_offsets(frames, ints, ints, FRAME_BYTES, INA_OFFSET, True, ints.copy())
     copy_rows(frames, ints, recs)
-    return time.perf_counter() - started

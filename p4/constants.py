@@ -38,7 +38,7 @@ class DropReason(enum.IntEnum):
     AHEAD = 16  # a child moved to a slot's other set before its round there completed
 
 
-INA_DROP_REASONS = 17
+INA_DROP_REASONS = len(DropReason)  # the ina_drops counter's size
 
 
 class Event(enum.IntEnum):
@@ -55,4 +55,4 @@ class Event(enum.IntEnum):
     TAKEOVER = 8  # a new owner (job, epoch, run) cleared a slot (lazy reset)
 
 
-INA_EVENTS = 9
+INA_EVENTS = len(Event)  # the ina_events counter's size

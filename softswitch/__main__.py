@@ -13,7 +13,7 @@ back.
 
 `--dataplane fast` (the default) runs the compiled data plane (softswitch/fast/), which it
 loads from numba's on-disk cache, or compiles, before anything else; `--dataplane reference`
-the Python pipeline (softswitch/pipeline.py). When everything is up it prints one line to
+the Python pipeline (softswitch/reference.py). When everything is up it prints one line to
 stdout, for scripts to wait on (`command.Ready`, which also reads it), saying which data plane
 runs and how it got ready (`cache` or `compiled`, and how long that took); a host attaches with
 `LoopbackWireTransport(port, wire_dir, switch_name=name)`:

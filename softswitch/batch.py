@@ -11,7 +11,7 @@ it emits in emission order (`process_batch`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +19,15 @@ import numpy.typing as npt
 MAX_FRAME = 9216  # the largest frame a port takes (jumbo); longer ones are truncated by recv
 BATCH_FRAMES = 256  # frames per batch a port reads at most
 BATCH_BYTES = BATCH_FRAMES * 1600  # typical frames are <= 1514 bytes; a batch grows if needed
+
+
+class Frames(NamedTuple):
+    """A `FrameBatch`'s arrays as one record (`FrameBatch.arrays`; the compiled engine's)."""
+
+    buf: npt.NDArray[np.uint8]
+    offset: npt.NDArray[np.int64]
+    length: npt.NDArray[np.int32]
+    port: npt.NDArray[np.int32]
 
 
 class FrameBatch:
@@ -33,6 +42,19 @@ class FrameBatch:
         self.port: npt.NDArray[np.int32] = np.zeros(capacity, np.int32)
         self.n = 0
 
+    @classmethod
+    def empty(cls, capacity: int, buf_bytes: int) -> FrameBatch:
+        """A batch whose arrays are left uninitialised, for a writer that sets every byte it
+        hands out (the compiled engine's output): what `__init__`'s zeroing would cost per
+        batch is a good part of a small batch's time."""
+        batch = cls.__new__(cls)
+        batch.buf = np.empty(buf_bytes, np.uint8)
+        batch.offset = np.empty(capacity, np.int64)
+        batch.length = np.empty(capacity, np.int32)
+        batch.port = np.empty(capacity, np.int32)
+        batch.n = 0
+        return batch
+
     @property
     def capacity(self) -> int:
         return len(self.offset)
@@ -46,6 +68,9 @@ class FrameBatch:
 
     def clear(self) -> None:
         self.n = 0
+
+    def arrays(self) -> Frames:
+        return Frames(self.buf, self.offset, self.length, self.port)
 
     def reserve(self, frames: int, nbytes: int) -> None:
         """Room for `frames` more frames of `nbytes` more bytes (grows the arrays if needed)."""

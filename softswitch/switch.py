@@ -18,7 +18,7 @@ ingress port is the batch's port), has the data plane process the whole batch in
 order (`process_batch`, exactly as that many calls of `process` would; a lone frame goes
 through `process`, which spares a batch's set-up), and sends what it emits grouped by egress
 port, each port's frames in order in as few calls as the port can.
-The data plane is `pipeline` (by default the compiled `FastPipeline`, as `--dataplane fast`;
+The data plane is `pipeline` (by default `Pipeline(compiled=True)`, as `--dataplane fast`;
 pass `Pipeline()` for the Python reference) unless `SoftSwitch(dataplane=...)` names another
 with the same tables (a stand-in for benchmarks); the control plane (P4Runtime server, tests)
 changes tables concurrently under `pipeline.lock`.

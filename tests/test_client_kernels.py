@@ -26,7 +26,7 @@ from inaemu.common.wire import (
     pack_frames,
 )
 from inaemu.hostlib import kernels
-from inaemu.hostlib.client import InaClient, InaRunError, _Exchange
+from inaemu.hostlib.client import SMALL_BATCH, InaClient, InaRunError, _Exchange
 from inaemu.hostlib.transport import LoopbackWireTransport, framed, ina_payloads
 from tests.test_client_batches import WINDOW, Nowhere, exchange, results, state
 from tests.test_congestion import SimSwitch, sim_client
@@ -114,7 +114,7 @@ def test_a_batch_compiled_changes_what_the_loop_and_numpy_change(
     earlier: int,
 ) -> None:
     """Any batch, any size, after `earlier` batches of first results (so that the timer has
-    samples): the compiled path (or, when it declines, the references it falls back to)
+    samples): the compiled path (or, when it declines, the record loop it falls back to)
     leaves the state the record loop leaves, and the state numpy leaves."""
     exs = [exchange(n_chunks, sent_at, n_trees, lost) for _ in range(3)]
     compiled, loop, numpy = exs[0], reference(exs[1], False), reference(exs[2], True)
@@ -166,6 +166,39 @@ def test_a_result_of_another_run_is_refused_on_every_path(
         with pytest.raises(InaRunError, match=r"run 0: a result for chunk \d+ carries contrib"):
             ex.take(got, 1.0)
         assert state(ex) == before
+
+
+@given(
+    st.lists(CHUNK, min_size=SMALL_BATCH + 1, max_size=2 * WINDOW),
+    st.integers(0, 2 * WINDOW),
+    st.one_of(st.just([]), st.lists(st.integers(0, WINDOW - 1), max_size=3, unique=True)),
+    st.booleans(),
+)
+@settings(max_examples=150, deadline=None)
+def test_a_declined_batch_goes_straight_to_the_record_loop(
+    picks: list[int], twice: int, lost: list[int], on_frames: bool
+) -> None:
+    """A batch the compiled pass declines (a chunk twice, a chunk presumed lost) is taken
+    record by record at once: the numpy path, which declines on the same conditions, is not
+    tried, and the outcome is the references' (numpy first, then the record loop), state for
+    state; taken where a framed transport received it (`take_frames`) or as records."""
+    picks = [*picks, max(picks[twice % len(picks)], 0)]  # a result of this operation, twice
+    exs = [exchange(2 * WINDOW, [0.1], 1, lost) for _ in range(2)]
+    compiled, numpy = exs[0], reference(exs[1], True)
+
+    def never(*_: object) -> bool:
+        raise AssertionError("the numpy path was tried after the compiled pass declined")
+
+    compiled.take_first_results = never  # type: ignore[method-assign, assignment]
+    got = results(compiled, picks, [False] * len(picks))
+    assert not exchange(2 * WINDOW, [0.1], 1, lost).take_compiled(got, 1.0)  # it is declined
+    if on_frames:
+        raw = np.ascontiguousarray(got).view(np.uint8).reshape(-1)
+        compiled.take_frames(raw, np.arange(len(got), dtype=np.int64) * INA_BYTES, 1.0)
+    else:
+        compiled.take(got, 1.0)
+    numpy.take(got, 1.0)
+    assert state(compiled) == state(numpy)
 
 
 def test_a_batch_with_a_chunk_twice_is_declined_and_changes_nothing() -> None:

@@ -1,5 +1,5 @@
-"""The compiled codec kernels (impl="numba", the default) against the numpy reference
-(impl="numpy"): the same bits for every input, function by function and codec by codec."""
+"""The compiled codec kernels (compiled=True, the default) against the numpy reference
+(compiled=False): the same bits for every input, function by function and codec by codec."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def float_arrays(draw: st.DrawFn) -> npt.NDArray[Any]:
 @given(x=float_arrays(), block_size=st.sampled_from([1, 3, 32, 256]))
 def test_block_exponents(x: npt.NDArray[Any], block_size: int) -> None:
     assert same_bits(
-        fp.block_exponents(x, block_size), fp.block_exponents(x, block_size, impl="numpy")
+        fp.block_exponents(x, block_size), fp.block_exponents(x, block_size, compiled=False)
     )
 
 
@@ -89,11 +89,11 @@ def test_non_finite_rejected_alike(bad: float, dtype: Any) -> None:
     x = np.ones(1001, dtype)
     x[777] = bad
     messages = []
-    for impl in ("numba", "numpy"):
+    for compiled in (True, False):
         with pytest.raises(ValueError) as info:
-            fp.block_exponents(x, 256, impl=impl)
+            fp.block_exponents(x, 256, compiled=compiled)
         messages.append(str(info.value))
-        for codec in (FixedPointCodec(impl=impl), SketchCodec(impl=impl)):
+        for codec in (FixedPointCodec(compiled=compiled), SketchCodec(compiled=compiled)):
             with pytest.raises(ValueError) as info:
                 codec.phases(x, 2)
             messages.append(str(info.value))
@@ -118,7 +118,7 @@ def test_quantize(
     backoff = rng.integers(0, 4, exps.size)
     with streaming(streamed):
         fast = fp.quantize(x, exps, n_terms, block_size, backoff)
-    assert same_bits(fast, fp.quantize(x, exps, n_terms, block_size, backoff, impl="numpy"))
+    assert same_bits(fast, fp.quantize(x, exps, n_terms, block_size, backoff, compiled=False))
 
 
 @SETTINGS
@@ -145,7 +145,7 @@ def test_dequantize(
     exps[rng.random(nb) < 0.1] = fp.ZERO_BLOCK_EXPONENT
     backoff = rng.integers(0, 4, nb)
     args = (total, exps, n_terms, block_size, backoff, dtype)
-    assert same_bits(fp.dequantize(*args), fp.dequantize(*args, impl="numpy"))
+    assert same_bits(fp.dequantize(*args), fp.dequantize(*args, compiled=False))
 
 
 # ---- sketch --------------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_dequantize(
 def test_nonzero_bitmap(x: npt.NDArray[Any], as_int: bool) -> None:
     if as_int:
         x = x.view(np.int32) if x.dtype == np.float32 else x.view(np.int32)[::2].copy()
-    assert same_bits(sk.nonzero_bitmap(x), sk.nonzero_bitmap(x, impl="numpy"))
+    assert same_bits(sk.nonzero_bitmap(x), sk.nonzero_bitmap(x, compiled=False))
 
 
 @st.composite
@@ -168,14 +168,14 @@ def layouts(draw: st.DrawFn) -> tuple[sk.SketchLayout, npt.NDArray[np.int64]]:
     table = max(1, int(u * draw(st.sampled_from([0.2, 0.4, 0.45, 1.0])) + draw(st.integers(0, 9))))
     attempt = draw(st.integers(0, 5))
     layout = sk.sketch_layout(union, table, attempt)
-    reference = sk.sketch_layout(union, table, attempt, impl="numpy")
+    reference = sk.sketch_layout(union, table, attempt, compiled=False)
     assert same_bits(layout.cells, reference.cells) and same_bits(layout.loads, reference.loads)
     return layout, union
 
 
-def peel_outcome(cells: npt.NDArray[Any], layout: sk.SketchLayout, impl: Any) -> object:
+def peel_outcome(cells: npt.NDArray[Any], layout: sk.SketchLayout, compiled: bool) -> object:
     try:
-        return sk.peel(cells, layout, impl=impl)
+        return sk.peel(cells, layout, compiled=compiled)
     except SketchCorrupt as exc:
         return str(exc)
 
@@ -192,12 +192,12 @@ def test_sketch_encode_and_peel(
     limit = (2**31 - 1) // max(1, layout.max_load)
     values = rng.integers(-limit, limit + 1, union.size).astype(np.int32)
     cells = sk.encode_sketch(values, layout)
-    assert same_bits(cells, sk.encode_sketch(values, layout, impl="numpy"))
+    assert same_bits(cells, sk.encode_sketch(values, layout, compiled=False))
     bad = cells.astype(np.int64)
     if corrupt and bad.size:
         hit = rng.integers(0, bad.size, corrupt)
         bad[hit] += rng.integers(-3, 4, corrupt)
-    fast, reference = peel_outcome(bad, layout, "numba"), peel_outcome(bad, layout, "numpy")
+    fast, reference = peel_outcome(bad, layout, True), peel_outcome(bad, layout, False)
     if isinstance(reference, np.ndarray):
         assert isinstance(fast, np.ndarray) and same_bits(fast, reference)
     else:
@@ -207,9 +207,9 @@ def test_sketch_encode_and_peel(
 def test_encode_sketch_overflow_alike() -> None:
     layout = sk.sketch_layout(np.arange(4), 1)  # every member in the same 3 cells
     values = np.full(4, INT32_MAX // 2, np.int32)
-    for impl in ("numba", "numpy"):
+    for compiled in (True, False):
         with pytest.raises(OverflowError):
-            sk.encode_sketch(values, layout, impl=impl)
+            sk.encode_sketch(values, layout, compiled=compiled)
 
 
 # ---- whole codecs --------------------------------------------------------------------------
@@ -237,8 +237,8 @@ def worker_inputs(draw: st.DrawFn) -> list[npt.NDArray[Any]]:
 def run_both(
     make: Any, xs: list[npt.NDArray[Any]]
 ) -> tuple[list[npt.NDArray[Any]], list[Phase], list[npt.NDArray[Any]], list[Phase]]:
-    fast: HomomorphicCodec = make("numba")
-    reference: HomomorphicCodec = make("numpy")
+    fast: HomomorphicCodec = make(True)
+    reference: HomomorphicCodec = make(False)
     results, phases = simulate_allreduce(fast, xs)
     ref_results, ref_phases = simulate_allreduce(reference, xs)
     return results, phases, ref_results, ref_phases
@@ -258,20 +258,26 @@ def check_same_run(make: Any, xs: list[npt.NDArray[Any]]) -> None:
 @given(xs=worker_inputs(), block_size=st.sampled_from([1, 64, 256]), streamed=st.booleans())
 def test_fixedpoint_codec(xs: list[npt.NDArray[Any]], block_size: int, streamed: bool) -> None:
     with streaming(streamed):
-        check_same_run(lambda impl: FixedPointCodec(block_size=block_size, impl=impl), xs)
+        check_same_run(
+            lambda compiled: FixedPointCodec(block_size=block_size, compiled=compiled), xs
+        )
 
 
 @SETTINGS
 @given(xs=worker_inputs(), payload=st.sampled_from(["sketch", "compact"]))
 def test_sketch_codec(xs: list[npt.NDArray[Any]], payload: sk.Payload) -> None:
-    check_same_run(lambda impl: SketchCodec(block_size=64, payload=payload, impl=impl), xs)
+    check_same_run(
+        lambda compiled: SketchCodec(block_size=64, payload=payload, compiled=compiled), xs
+    )
 
 
 def test_sketch_codec_retries_alike() -> None:
     rng = np.random.default_rng(1)
     xs = [np.where(rng.random(30_000) < 0.02, rng.standard_normal(30_000), 0) for _ in range(4)]
     check_same_run(
-        lambda impl: SketchCodec(ratio=0.2, growth=2.0, slack_sqrt=0, slack_const=0, impl=impl),
+        lambda compiled: SketchCodec(
+            ratio=0.2, growth=2.0, slack_sqrt=0, slack_const=0, compiled=compiled
+        ),
         [x.astype(np.float32) for x in xs],
     )
 
@@ -288,20 +294,20 @@ def sum_phase_values(codec: HomomorphicCodec, x: npt.NDArray[Any]) -> npt.NDArra
 @pytest.mark.parametrize(
     "make",
     [
-        lambda impl: FixedPointCodec(impl=impl),
-        lambda impl: SketchCodec(impl=impl),
-        lambda impl: SketchCodec(payload="compact", impl=impl),
+        lambda compiled: FixedPointCodec(compiled=compiled),
+        lambda compiled: SketchCodec(compiled=compiled),
+        lambda compiled: SketchCodec(payload="compact", compiled=compiled),
     ],
 )
 def test_sum_phase_buffers_are_reused_across_allreduces(make: Any) -> None:
     x = np.linspace(-1, 1, 5000).astype(np.float32)
     x[::3] = 0
-    codec = make("numba")
+    codec = make(True)
     first = sum_phase_values(codec, x)
     second = sum_phase_values(codec, x)
     assert np.shares_memory(first, second)  # the same pages, no fresh allocation
-    assert same_bits(second, sum_phase_values(make("numpy"), x))
-    reference = make("numpy")
+    assert same_bits(second, sum_phase_values(make(False), x))
+    reference = make(False)
     assert not np.shares_memory(sum_phase_values(reference, x), sum_phase_values(reference, x))
 
 
@@ -319,9 +325,9 @@ def test_scratch_pool_bounds() -> None:
 # ---- INCEPTIONN ----------------------------------------------------------------------------
 
 
-def decompress_outcome(buf: bytes, impl: Any) -> object:
+def decompress_outcome(buf: bytes, compiled: bool) -> object:
     try:
-        return inceptionn.decompress(buf, impl=impl).tobytes()
+        return inceptionn.decompress(buf, compiled=compiled).tobytes()
     except ValueError as exc:
         return str(exc)
 
@@ -340,13 +346,13 @@ def test_inceptionn(x: npt.NDArray[Any], log2_bound: float, seed: int, tamper: i
         x = np.nan_to_num(x.astype(np.float32), posinf=1.0, neginf=-1.0)
     bound = 2.0**log2_bound
     buf = inceptionn.compress(x, bound)
-    assert buf == inceptionn.compress(x, bound, impl="numpy")
+    assert buf == inceptionn.compress(x, bound, compiled=False)
     raw = bytearray(buf)
     rng = np.random.default_rng(seed)
     tags_at = len(raw) - -(-x.size // 4)
     for at in rng.integers(tags_at, len(raw), tamper if len(raw) > tags_at else 0):
         raw[at] ^= int(rng.integers(1, 256))
-    assert decompress_outcome(bytes(raw), "numba") == decompress_outcome(bytes(raw), "numpy")
+    assert decompress_outcome(bytes(raw), True) == decompress_outcome(bytes(raw), False)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
@@ -354,8 +360,8 @@ def test_inceptionn_non_finite_rejected_alike(bad: float) -> None:
     x = np.zeros(100, np.float32)
     x[42] = bad
     messages = []
-    for impl in ("numba", "numpy"):
+    for compiled in (True, False):
         with pytest.raises(ValueError) as info:
-            inceptionn.compress(x, impl=impl)
+            inceptionn.compress(x, compiled=compiled)
         messages.append(str(info.value))
     assert messages[0] == messages[1]

@@ -40,7 +40,6 @@ from inaemu.common.wire import (
     ipv4_checksum,
 )
 from inaemu.softswitch.batch import FrameBatch
-from inaemu.softswitch.fast.pipeline import FastPipeline
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import ActionCall, TableEntry
 
@@ -496,7 +495,7 @@ def fast_run(pipe: Pipeline, step: Frames) -> list[tuple[int, bytes]]:
 @given(seed=st.integers(0, 3), setup=sessions(), data=st.data())
 def test_fast_and_reference_agree(seed: int, setup: list[Change], data: st.DataObject) -> None:
     ref = Pipeline(seed=seed, slots=SLOTS)
-    fast = FastPipeline(seed=seed, slots=SLOTS)
+    fast = Pipeline(seed=seed, slots=SLOTS, compiled=True)
     steps: list[Change | Frames] = list(setup)
     for n in range(len(setup) + data.draw(st.integers(1, 12), label="steps")):
         if n >= len(setup):
@@ -514,13 +513,12 @@ def test_fast_and_reference_agree(seed: int, setup: list[Change], data: st.DataO
 def test_watched_tables_count_changes_and_keep_their_checks() -> None:
     """The fast data plane recompiles its tables when the change log moves: every table
     change counts once, a refused one counts nothing (LPM's prefix checks still apply)."""
-    from inaemu.softswitch.fast.pipeline import ChangeLog, WatchedExactTable, WatchedLpmTable
-    from inaemu.softswitch.state import StateError
+    from inaemu.softswitch.state import ChangeLog, ExactTable, LpmTable, StateError
 
     log = ChangeLog()
     drop = ActionCall("drop", ())
-    exact = WatchedExactTable("t", 4, drop, log=log)
-    lpm = WatchedLpmTable("r", 4, drop, log=log)
+    exact = ExactTable("t", 4, drop, log=log)
+    lpm = LpmTable("r", 4, drop, log=log)
     exact.insert(TableEntry((1,), drop))
     lpm.insert(TableEntry((0x0A000000, 8), drop))
     lpm.modify((0x0A000000, 8), ActionCall("fwd", (2,)))

@@ -148,3 +148,58 @@ def test_ddp_hook_matches_gloo(codec: str, tmp_path: Path) -> None:
     # largest value; after a few SGD steps the parameters agree with gloo's to that order
     for a, b in zip(ina0, gloo0, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+class _Bucket:
+    """What the hook reads of a `dist.GradBucket`: its flat buffer."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+    def buffer(self) -> Any:
+        return self.tensor
+
+
+class _GivenSums:
+    """An `AllreduceClient` whose sum is given: the hook's own work, with no network."""
+
+    def __init__(self, total: np.ndarray[Any, Any], world: int) -> None:
+        self.total = total
+        self.n_workers = world
+
+    def start_run(self, run: int) -> None:
+        pass
+
+    def allreduce(self, x: np.ndarray[Any, Any], codec: Any = None) -> np.ndarray[Any, Any]:
+        assert x.shape == self.total.shape
+        return self.total
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("world", [1, 2, 3, 7])
+def test_hook_writes_the_average_into_the_bucket_without_a_copy(dtype: str, world: int) -> None:
+    """The averaged sum lands in the bucket's own memory, bit for bit what dividing into a new
+    array and copying it back gave, with no bucket-sized array made on the way (numpy's
+    allocations are traced)."""
+    import tracemalloc
+
+    from inaemu.hostlib.ddp import InaHookState, ina_allreduce_hook
+
+    rng = np.random.default_rng(world)
+    n = 1 << 20
+    grad = torch.from_numpy(rng.standard_normal(n).astype(dtype))
+    total = (rng.standard_normal(n) * world * 1e3).astype(dtype)
+    expected = (np.asarray(total, dtype=dtype) / world).tobytes()  # what the hook gave before
+    state = InaHookState(_GivenSums(total, world), run=1)
+    memory = grad.data_ptr()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        out = ina_allreduce_hook(state, _Bucket(grad)).value()
+        made = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert out is grad and grad.data_ptr() == memory
+    assert grad.numpy().tobytes() == expected
+    assert made < n // 8, f"{made} bytes allocated for a bucket of {grad.nbytes}"
+    assert state.buckets == 1 and state.elements == n

@@ -1,4 +1,4 @@
-"""The fast data plane's contract with the control plane (softswitch/fast/pipeline.py): a change
+"""The fast data plane's contract with the control plane (softswitch/fast/engine.py): a change
 to tables or groups, however made, reaches the next frame; the counters a reader sees under the
 lock are the kernel's, and a counter a controller writes keeps its value; the P4Runtime server
 drives it as it drives the reference; batches whose copies outgrow the output are finished;
@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import finsy as fy
 import numpy as np
@@ -35,7 +35,6 @@ from inaemu.common.wire import (
 from inaemu.controller.star import star_job_plan
 from inaemu.p4.constants import P4INFO_PATH, DropReason, Event
 from inaemu.softswitch.batch import FrameBatch
-from inaemu.softswitch.fast.pipeline import FastPipeline
 from inaemu.softswitch.p4runtime.server import P4RuntimeServer
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.plan import apply_to_pipeline
@@ -102,21 +101,21 @@ CHANGES: dict[str, Callable[[Pipeline], None]] = {
 def test_a_change_reaches_the_next_frame(how: str) -> None:
     """Fan-in 2 -> 1 (or group {1, 2} -> {2}): the very next contribution behaves as the
     changed table says, on the fast data plane as on the reference."""
-    for pipe in (Pipeline(), FastPipeline()):
+    for pipe in (Pipeline(), Pipeline(compiled=True)):
         star(pipe)
         assert pipe.process(1, contribution(1, 0)) == []  # waits for worker 2
         if how == "group replaced under the lock":
             CHANGES[how](pipe)
             out = pipe.process(2, contribution(2, 0))
-            assert [port for port, _ in out] == [2], type(pipe).__name__
+            assert [port for port, _ in out] == [2], f"compiled={pipe.compiled}"
         else:
             CHANGES[how](pipe)
             out = pipe.process(1, contribution(1, 1))
-            assert sorted(port for port, _ in out) == [1, 2], type(pipe).__name__
+            assert sorted(port for port, _ in out) == [1, 2], f"compiled={pipe.compiled}"
 
 
 def test_a_change_made_while_holding_the_lock_reaches_a_frame_in_the_same_hold() -> None:
-    pipe = star(FastPipeline())
+    pipe = star(Pipeline(compiled=True))
     pipe.process(1, contribution(1, 0))
     with pipe.lock:
         fanin_one(pipe)
@@ -128,7 +127,7 @@ def test_a_change_made_while_holding_the_lock_reaches_a_frame_in_the_same_hold()
 
 
 def test_counters_are_the_kernels_and_keep_what_a_controller_writes() -> None:
-    pipe = star(FastPipeline())
+    pipe = star(Pipeline(compiled=True))
     frame = contribution(1, 0)
     pipe.process_batch(FrameBatch.of([(1, frame), (2, contribution(2, 0)), (3, b"\0" * 10)]))
     assert pipe.port_rx.packets[1:4] == [1, 1, 1]
@@ -150,7 +149,7 @@ def test_counters_are_the_kernels_and_keep_what_a_controller_writes() -> None:
 def test_readers_under_the_lock_see_whole_batches() -> None:
     """While batches run in one thread, a reader holding the lock always finds every packet
     accounted for (docs/protocol.md section 9): counters never show half a batch."""
-    pipe = star(FastPipeline(), 4)
+    pipe = star(Pipeline(compiled=True), 4)
     batches = [
         FrameBatch.of([(w, contribution(w, c)) for c in range(i, i + 8) for w in (1, 2, 3, 4)])
         for i in range(0, 400, 8)
@@ -187,7 +186,7 @@ def test_a_batch_whose_copies_outgrow_the_output_is_finished() -> None:
     the output's first size; every frame is processed once and all copies come out."""
     frames = [(1, contribution(1, c, value=c)) for c in range(100)]
     outs = []
-    for pipe in (Pipeline(), FastPipeline()):
+    for pipe in (Pipeline(), Pipeline(compiled=True)):
         star(pipe, 1)
         pipe.multicast.modify(1, [(p, 0) for p in range(600)])
         out = pipe.process_batch(FrameBatch.of(frames))
@@ -196,12 +195,65 @@ def test_a_batch_whose_copies_outgrow_the_output_is_finished() -> None:
     assert len(outs[1]) == 60_000 and outs[1] == outs[0]
 
 
+# ---------------------------------------------------------------------- the kernel's constants
+
+
+def test_kernel_constants_are_the_enums_and_key_numbas_cache() -> None:
+    """The kernel names every drop reason, event, flag and opcode by the enums' own names and
+    values (built from them, not listed again); numba keys its cache on the kernel's closure
+    as pickled, which is these constants and nothing else: a value changed is a new key, and
+    the key is the same in every process (else every process would compile again)."""
+    from numba.core import serialize
+
+    from inaemu.common.wire import Flag
+    from inaemu.softswitch.fast.kernel import constants
+
+    dumps = cast(Callable[[object], bytes], serialize.dumps)
+    c = constants()
+    for kind, values in ((DropReason, c.drop), (Event, c.event), (Flag, c.flag), (Opcode, c.op)):
+        assert cast(Any, values)._asdict() == {m.name: int(m) for m in kind}
+    drops = cast(Any, c.drop)
+    renumbered = c._replace(drop=type(drops)(*(v + 1 for v in drops)))
+    assert dumps((renumbered,)) != dumps((c,)) == dumps((constants(),))
+    # what numba's cache key hashes: the kernel's closure, as pickled in a fresh process
+    code = (
+        "from numba.core.serialize import dumps; from inaemu.softswitch.fast import engine; "
+        "f = engine._kernel().dispatcher.py_func; "
+        "print(dumps(tuple(x.cell_contents for x in f.__closure__)).hex())"
+    )
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert keys == {dumps((c,)).hex()}
+
+
+def test_a_kernel_whose_parameters_are_not_its_records_fields_is_refused() -> None:
+    """Callers hand the kernel records (`*frames`, in the fields' order): a kernel whose
+    parameters are in another order would take one array for another, so it is refused as it
+    is made (the batch kernel is checked so in make_kernel)."""
+    from inaemu.common.jit import check_parameters
+    from inaemu.softswitch.batch import Frames
+
+    def swapped(in_buf: object, in_length: object, in_offset: object, in_port: object) -> None:
+        pass
+
+    def named(in_buf: object, in_offset: object, in_length: object, in_port: object) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="are not the records'"):
+        check_parameters(swapped, (Frames, "in_"))
+    check_parameters(named, (Frames, "in_"))
+
+
 # ---------------------------------------------------------------------- P4Runtime
 
 
 @pytest.fixture
 def server() -> Iterator[P4RuntimeServer]:
-    with P4RuntimeServer(FastPipeline(), address="127.0.0.1:0") as srv:
+    with P4RuntimeServer(Pipeline(compiled=True), address="127.0.0.1:0") as srv:
         yield srv
 
 

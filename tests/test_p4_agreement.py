@@ -4,14 +4,17 @@ agree: one fact, defined once in Python, mirrored once in P4, checked here."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from inaemu.common import wire
 from inaemu.controller.jobs import MAX_EPOCH
 from inaemu.p4 import constants
 from inaemu.p4.info import load_p4info, p4info_diff
 from inaemu.softswitch.pipeline import Pipeline
+from inaemu.softswitch.state import CellFields, LpmTable
 from tests import p4source
 
+ROOT = Path(__file__).resolve().parents[1]
 SRC = p4source.read_sources()
 DEFS = p4source.defines(SRC)
 CONSTS = p4source.consts(SRC)
@@ -53,6 +56,19 @@ def test_switch_constants() -> None:
     assert events == {e.name: int(e) for e in constants.Event}
 
 
+def test_protocol_doc_lists_every_drop_reason_and_event() -> None:
+    """docs/protocol.md's table of drop reasons (section 9) and its list of events are
+    p4/constants.py's: a reason or event added there is documented too."""
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    table = doc[doc.index("## 9. Drop reasons") :].split("\n\n")[1]
+    cells = re.findall(r"\| (\d+) \| (\w+) ", table)
+    assert sorted((int(n), name) for n, name in cells) == [
+        (int(r), r.name) for r in constants.DropReason if r != constants.DropReason.NONE
+    ]
+    events = doc[doc.index("Events are counted in `ina_events`:") :].split("\n\n")[0]
+    assert re.findall(r"\b([A-Z][A-Z_]+)\b", events) == [e.name for e in constants.Event]
+
+
 def test_committed_p4info_matches_source() -> None:
     """What p4c would emit (read from the source and its @ids) equals the committed P4Info."""
     diffs = p4info_diff(p4source.p4info_from_source(SRC), load_p4info().message)
@@ -75,7 +91,10 @@ def test_every_object_is_id_pinned() -> None:
 
 
 def test_softswitch_serves_the_same_objects() -> None:
-    """The softswitch's tables and counters are exactly the P4Info's, with the same sizes."""
+    """The softswitch's tables and counters are exactly the P4Info's, with the same sizes,
+    defaults and match kinds (its state is built from the P4Info); the counters' sizes are the
+    constants the compiled engine lays its counter array out by; its registers are the
+    Aggregation control's, cell fields (`CellFields`) and all."""
     p4info = load_p4info()
     pipe = Pipeline()
     assert {t.name: t.size for t in p4info.tables.values()} == {
@@ -90,9 +109,32 @@ def test_softswitch_serves_the_same_objects() -> None:
         if t.const_default_action_id
     }
     assert const_default == {n: t.default.name for n, t in pipe.tables.items() if t.const_default}
-    regs = {r.preamble.name: r.size for r in p4info.message.registers}
-    assert regs["InaIngress.agg.reg_lanes"] == pipe.registers.lanes.size
-    assert regs["InaIngress.agg.reg_bitmap"] == len(pipe.registers.bitmap)
+    assert {n: t.default.name for n, t in pipe.tables.items()} == {
+        "InaIngress.loss.ina_loss": "no_loss",
+        "InaIngress.agg.ina_job": "miss",
+        "InaIngress.agg.ina_child": "miss",
+        "InaIngress.fwd.ipv4_lpm": "drop",
+        "InaEgress.rewrite.ina_egress": "not_host",
+    }
+    assert [n for n, t in pipe.tables.items() if isinstance(t, LpmTable)] == [
+        "InaIngress.fwd.ipv4_lpm"
+    ]
+    sizes = {c.alias: c.size for c in p4info.counters.values()}
+    assert sizes == {
+        "ina_events": constants.INA_EVENTS,
+        "port_rx": constants.INA_PORTS,
+        "ina_drops": constants.INA_DROP_REASONS,
+        "port_tx": constants.INA_PORTS,
+    }
+    regs = {r.preamble.name.rsplit(".", 1)[1]: r for r in p4info.message.registers}
+    cells = 2 * constants.INA_SLOTS
+    assert {f"reg_{name}" for name in CellFields._fields} | {"reg_lanes", "reg_owner"} == set(regs)
+    for name in CellFields._fields:
+        assert regs[f"reg_{name}"].size == cells == len(getattr(pipe.registers, name))
+        assert regs[f"reg_{name}"].type_spec.bitstring.bit.bitwidth <= 32  # an int64 column
+    assert regs["reg_lanes"].size == pipe.registers.lanes.size == cells * wire.K
+    assert regs["reg_lanes"].type_spec.bitstring.bit.bitwidth == wire.LANE_BITS
+    assert regs["reg_bitmap"].type_spec.bitstring.bit.bitwidth == wire.MAX_FANIN
 
 
 def test_slot_owner_layout() -> None:

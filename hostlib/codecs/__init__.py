@@ -55,12 +55,22 @@ CODECS: dict[str, Callable[..., HomomorphicCodec]] = {
 }
 
 
-def warm_up(codec: object, dtype: npt.DTypeLike = np.float32) -> None:
-    """Run `codec` once on a small array of `dtype` with no network, so that its compiled
-    kernels (numba: loaded from the cache or compiled on a process's first call, 0.2 s and
-    more) are ready before a measured allreduce starts. A homomorphic codec runs against the
-    reference switch; INCEPTIONN (a codec object named "inceptionn") compresses and
-    decompresses; anything else (plain sums) has nothing to warm."""
+def loader(codec: object, dtype: npt.DTypeLike = np.float32) -> Callable[[], None]:
+    """What loads `codec`'s compiled kernels for inputs of `dtype`, for `common.jit.warm_up`
+    (numba: loaded from the cache or compiled on a process's first call, 0.2 s and more), so
+    that they are ready before a measured allreduce starts: one loader for every codec of one
+    kind and dtype, so that the warm-up runs once per process."""
+    key = (type(codec), getattr(codec, "name", ""), np.dtype(dtype).str)
+    return _LOADERS.setdefault(key, partial(_run_once, codec, np.dtype(dtype)))
+
+
+_LOADERS: dict[tuple[type, str, str], Callable[[], None]] = {}
+
+
+def _run_once(codec: object, dtype: np.dtype[np.generic]) -> None:
+    """Run `codec` once on a small array of `dtype` with no network. A homomorphic codec runs
+    against the reference switch; INCEPTIONN (a codec object named "inceptionn") compresses
+    and decompresses; anything else (plain sums) has nothing to warm."""
     rng = np.random.default_rng(0)
     sample = np.zeros(64 * K, dtype)  # sparse, as gradients a sketch is for: its sketch path
     sample[rng.choice(sample.size, sample.size // 50, replace=False)] = rng.standard_normal(
@@ -100,11 +110,11 @@ __all__ = [
     "inceptionn",
     "inceptionn_compress",
     "inceptionn_decompress",
+    "loader",
     "make_codec",
     "quantize",
     "run_phases",
     "simulate_allreduce",
-    "warm_up",
     "words_on_wire",
     "worst_case_error",
 ]

@@ -1,7 +1,7 @@
 """The codecs' inner loops, compiled with numba: one fused pass where numpy needs several.
 
 Every kernel computes exactly what the numpy reference beside its caller computes (the
-`impl="numpy"` paths; tests/test_codec_kernels.py checks the two against each other bit for
+`compiled=False` paths; tests/test_codec_kernels.py checks the two against each other bit for
 bit). Conventions, for speed:
 
 - Floats are read as their IEEE bit patterns where that avoids float semantics: for
@@ -24,21 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from inaemu.common.jit import cached_njit
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _jit(fn: F) -> F:
-    """numba's njit, typed: a kernel keeps its Python signature for mypy."""
-    return cached_njit(fn, nogil=True, error_model="numpy")
+from inaemu.common.jit import kernel
 
 
 def _intrinsic(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,7 +57,7 @@ def _trailing_zeros(typingctx: Any, word: Any) -> Any:
     return types.intp(word), codegen
 
 
-@_jit
+@kernel
 def _popcount32(word: Any) -> int:
     v = np.int64(word) & 0xFFFFFFFF
     v = v - ((v >> 1) & 0x55555555)
@@ -76,7 +69,7 @@ def _popcount32(word: Any) -> int:
 # ---- float bit patterns --------------------------------------------------------------------
 
 
-@_jit
+@kernel
 def _frexp_exponent(amax: int, mant_bits: int, bias: int, zero_exponent: int) -> int:
     """frexp(v)[1] of the non-negative finite float whose bit pattern is amax; zero_exponent
     for 0. A normal v = 1.f * 2**(field - bias) has exponent field - bias + 1; a subnormal
@@ -93,13 +86,13 @@ def _frexp_exponent(amax: int, mant_bits: int, bias: int, zero_exponent: int) ->
     return length + 1 - bias - mant_bits
 
 
-@_jit
+@kernel
 def _float_layout(itemsize: int) -> tuple[int, int, int]:
     """(mantissa bits, exponent bits, exponent bias) of float32 / float64."""
     return (23, 8, 127) if itemsize == 4 else (52, 11, 1023)
 
 
-@_jit
+@kernel
 def block_exponents(bits: Any, block_size: int, zero_exponent: int, out: Any) -> bool:
     """out[b] = the frexp exponent of block b's largest |x|; bits: float32 / float64 viewed
     as uint32 / uint64. Returns False if some element is NaN or inf (out is then
@@ -120,7 +113,7 @@ def block_exponents(bits: Any, block_size: int, zero_exponent: int, out: Any) ->
     return bool(worst < inf_bits)
 
 
-@_jit
+@kernel
 def nonzero_bitmap(bits: Any, is_float: bool, packed: Any, support: Any) -> tuple[bool, int]:
     """One pass over the input: its non-zero bitmap, its finiteness and its non-zeros.
 
@@ -244,7 +237,7 @@ def stream_head(out: Any) -> int:
     return int((-address % STREAM_ALIGN) // out.itemsize)
 
 
-@_jit
+@kernel
 def _aligned_start(lo: int, hi: int, head: int) -> int:
     """The first index in [lo, hi] at which a LANES vector store is aligned: out[head] is at
     a STREAM_ALIGN boundary, so are out[head + k * LANES]."""
@@ -254,7 +247,7 @@ def _aligned_start(lo: int, hi: int, head: int) -> int:
 # ---- fixed point ---------------------------------------------------------------------------
 
 
-@_jit
+@kernel
 def _power_of_two(s: int, zero: bool, margin: int, t: Any, itemsize: int) -> tuple[Any, bool]:
     """fixedpoint._factor_plan for one block: (2**s in float type t, usable), where usable
     means 2**s is a normal number with `margin` spare exponent bits; zero blocks: (0, True)."""
@@ -266,7 +259,7 @@ def _power_of_two(s: int, zero: bool, margin: int, t: Any, itemsize: int) -> tup
     return t(0), False
 
 
-@_jit
+@kernel
 def quantize(x: Any, s: Any, zero: Any, block_size: int, out: Any, head: int) -> None:
     """out = rint(x * 2**s_b) as int32: x * 2**s_b in x's own dtype where 2**s_b is normal
     there (exact; zero blocks multiply by 0), else ldexp in float64 (exact). head >= 0:
@@ -299,7 +292,7 @@ def quantize(x: Any, s: Any, zero: Any, block_size: int, out: Any, head: int) ->
         _fence()
 
 
-@_jit
+@kernel
 def dequantize(total: Any, neg_s: Any, zero: Any, block_size: int, step: int, out: Any) -> None:
     """out = total * 2**neg_s_b rounded to out's dtype, in chunks of `step` blocks like the
     numpy reference: a chunk whose every block has a normal 2**neg_s_b with 34 bits to spare
@@ -334,7 +327,7 @@ def dequantize(total: Any, neg_s: Any, zero: Any, block_size: int, step: int, ou
 # ---- sketch: union -------------------------------------------------------------------------
 
 
-@_jit
+@kernel
 def union_size(local: Any, agg: Any, n: int) -> int:
     """Bits set among the first n of the aggregated bitmap agg (the words as uint32); -1 if
     agg lacks a bit that this worker's bitmap `local` sets."""
@@ -350,7 +343,7 @@ def union_size(local: Any, agg: Any, n: int) -> int:
     return count
 
 
-@_jit
+@kernel
 def _word64(words: Any, w: int, n: int) -> Any:
     """Bits 64w .. 64w + 63 of a bitmap of 32-bit words, those at n and beyond cleared."""
     lo = np.uint64(np.uint32(words[2 * w]))
@@ -361,7 +354,7 @@ def _word64(words: Any, w: int, n: int) -> Any:
     return word
 
 
-@_jit
+@kernel
 def union_merge(agg: Any, local: Any, n: int, support: Any, union: Any, values: Any) -> None:
     """union = the indices of the bits set among the first n of agg, ascending; values = this
     worker's x there: the next of its non-zeros `support` where its own bitmap `local` has
@@ -385,7 +378,7 @@ def union_merge(agg: Any, local: Any, n: int, support: Any, union: Any, values: 
             a &= a - np.uint64(1)
 
 
-@_jit
+@kernel
 def union_gather(agg: Any, n: int, x: Any, union: Any, values: Any) -> None:
     """union = the indices of the bits set among the first n of agg, ascending; values =
     x[union]."""
@@ -403,7 +396,7 @@ def union_gather(agg: Any, n: int, x: Any, union: Any, values: Any) -> None:
 # ---- sketch: cells and peeling -------------------------------------------------------------
 
 
-@_jit
+@kernel
 def sketch_cells(members: Any, seeds: Any, table: int, cells: Any, loads: Any) -> None:
     """cells[k, j] = k * table + ((fmix64(members[j] ^ seeds[k]) >> 32) * table) >> 32 and
     loads[c] = how many (k, j) land in cell c (the caller zeroes loads)."""
@@ -424,7 +417,7 @@ def sketch_cells(members: Any, seeds: Any, table: int, cells: Any, loads: Any) -
             loads[row[j]] += 1
 
 
-@_jit
+@kernel
 def encode_sketch(values: Any, cells: Any, sums: Any) -> bool:
     """sums[c] += values[j] for every (k, j) with cells[k, j] == c (int64; the caller zeroes
     sums). Returns False if some sum leaves int32."""
@@ -442,7 +435,7 @@ def encode_sketch(values: Any, cells: Any, sums: Any) -> bool:
 PEELED, STALLED, CORRUPT_IDS, CORRUPT_DISAGREE, CORRUPT_RESIDUAL = 0, 1, 2, 3, 4
 
 
-@_jit
+@kernel
 def peel(residual: Any, cells: Any, loads: Any, degree_bits: int, values: Any) -> int:
     """sketch.peel's rounds, element by element: PEELED (values filled), STALLED or a CORRUPT_*
     code, the same outcome as the numpy reference on any input, consistent or not.
@@ -523,7 +516,7 @@ def peel(residual: Any, cells: Any, loads: Any, degree_bits: int, values: Any) -
 # ---- INCEPTIONN ----------------------------------------------------------------------------
 
 
-@_jit
+@kernel
 def inceptionn_tags(x: Any, t0: Any, t8: Any, t16: Any, packed: Any) -> tuple[bool, int, int, int]:
     """packed[i // 4] bits 2(i % 4).. = the tag of x[i]: how many of t0 <= t8 <= t16 |x[i]|
     reaches (all ceil(n / 4) bytes written). Returns (x is finite, n8, n16, n32)."""
@@ -561,7 +554,7 @@ def inceptionn_tags(x: Any, t0: Any, t8: Any, t16: Any, packed: Any) -> tuple[bo
     return bool(worst < np.uint32(0x7F800000)), n8, n16, n32
 
 
-@_jit
+@kernel
 def inceptionn_payloads(
     x: Any, packed: Any, k: int, s32: Any, s16: Any, s8: Any
 ) -> None:  # fmt: skip
@@ -584,7 +577,7 @@ def inceptionn_payloads(
         i32 += t == 3
 
 
-@_jit
+@kernel
 def inceptionn_decode(
     packed: Any, s32: Any, s16: Any, s8: Any, k: int, out: Any
 ) -> tuple[int, int, int]:

@@ -1,11 +1,11 @@
-"""Helpers shared by the codecs: input validation, result checks, cache-sized chunking, the
-choice of implementation and the reusable phase buffers."""
+"""Helpers shared by the codecs: input validation, result checks, cache-sized chunking and the
+reusable phase buffers."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,20 +18,6 @@ from inaemu.hostlib.codecs.base import Int32Array
 CHUNK_ELEMENTS = 1 << 16
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32))
-
-# "numba": the compiled kernels of _kernels.py (the default); "numpy": the numpy code they
-# replaced, kept as their reference (tests compare the two bit for bit) and as the benchmark's
-# baseline. Both produce the same phases and results.
-Impl = Literal["numba", "numpy"]
-IMPLS: tuple[Impl, ...] = ("numba", "numpy")
-DEFAULT_IMPL: Impl = "numba"
-
-
-def check_impl(impl: str) -> Impl:
-    for known in IMPLS:
-        if impl == known:
-            return known
-    raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
 
 
 def as_flat(x: npt.ArrayLike, codec: str) -> tuple[npt.NDArray[Any], tuple[int, ...]]:

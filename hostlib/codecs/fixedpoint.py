@@ -45,12 +45,9 @@ from inaemu.common.wire import Opcode
 from inaemu.hostlib.codecs import _kernels
 from inaemu.hostlib.codecs._util import (
     CHUNK_ELEMENTS,
-    DEFAULT_IMPL,
-    Impl,
     ScratchPool,
     as_flat,
     check_finite,
-    check_impl,
     check_workers,
     chunks,
     expect_result,
@@ -94,16 +91,15 @@ def _float_flat(x: npt.ArrayLike, what: str) -> FloatArray:
 
 
 def block_exponents(
-    x: npt.ArrayLike, block_size: int = DEFAULT_BLOCK_SIZE, *, impl: Impl = DEFAULT_IMPL
+    x: npt.ArrayLike, block_size: int = DEFAULT_BLOCK_SIZE, *, compiled: bool = True
 ) -> Int32Array:
     """Per block of `block_size` elements: e with max|x| < 2**e (frexp exponent), int32.
 
     All-zero blocks get ZERO_BLOCK_EXPONENT. Raises ValueError on NaN / inf.
     """
     _check_block_size(block_size)
-    check_impl(impl)
     flat = _float_flat(x, "block_exponents")
-    if impl == "numpy":
+    if not compiled:
         return _block_exponents_numpy(flat, block_size)
     out = np.empty(n_blocks(flat.size, block_size), dtype=np.int32)
     if not _kernels.block_exponents(float_bits(flat), block_size, ZERO_BLOCK_EXPONENT, out):
@@ -167,7 +163,7 @@ def _quantize_scaled(
     s: Int64Array,
     zero: BoolArray,
     block_size: int,
-    impl: Impl = DEFAULT_IMPL,
+    compiled: bool = True,
     out: Int32Array | None = None,
 ) -> Int32Array:
     """rint(flat * 2**s_b) as int32 (into `out` if given); caller guarantees
@@ -180,7 +176,7 @@ def _quantize_scaled(
     # flat * 2**s is exact in flat's own dtype whenever 2**s is a normal number there and the
     # product is not subnormal (then it is < 2**-126 and rounds to 0 anyway), so float32
     # input needs no float64 temporaries; rare out-of-range blocks take an ldexp path.
-    if impl == "numba":
+    if compiled:
         _kernels.quantize(flat, s, zero, block_size, out, _kernels.stream_head(out))
         return out
     factors, fast = _factor_plan(s, zero, flat.dtype, margin=0)
@@ -209,7 +205,7 @@ def quantize(
     block_size: int = DEFAULT_BLOCK_SIZE,
     backoff: npt.ArrayLike = 0,
     *,
-    impl: Impl = DEFAULT_IMPL,
+    compiled: bool = True,
 ) -> Int32Array:
     """The int32 fixed-point encoding rint(x * 2**S_b) of float x (any shape, flattened).
 
@@ -217,15 +213,14 @@ def quantize(
     land in one lane (n_workers for this codec). ValueError if x exceeds the exponents.
     """
     _check_block_size(block_size)
-    check_impl(impl)
     flat = _float_flat(x, "quantize")
     e = np.asarray(exponents, dtype=np.int64)
     if e.shape != (n_blocks(flat.size, block_size),):
         raise ValueError(f"expected {n_blocks(flat.size, block_size)} exponents, got {e.shape}")
-    if (block_exponents(flat, block_size, impl=impl) > e).any():
+    if (block_exponents(flat, block_size, compiled=compiled) > e).any():
         raise ValueError("x has a block larger in magnitude than its exponent allows")
     return _quantize_scaled(
-        flat, scale_exponents(e, n_terms, backoff), e == ZERO_BLOCK_EXPONENT, block_size, impl
+        flat, scale_exponents(e, n_terms, backoff), e == ZERO_BLOCK_EXPONENT, block_size, compiled
     )
 
 
@@ -237,14 +232,13 @@ def dequantize(
     backoff: npt.ArrayLike = 0,
     dtype: npt.DTypeLike = np.float64,
     *,
-    impl: Impl = DEFAULT_IMPL,
+    compiled: bool = True,
 ) -> FloatArray:
     """total * 2**-S_b, rounded once to `dtype` (float32 / float64); 1-D.
 
     Sums beyond the dtype's range saturate to +-inf, as float addition would.
     """
     _check_block_size(block_size)
-    check_impl(impl)
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"dequantize: dtype must be float32 or float64, got {dt}")
@@ -261,7 +255,7 @@ def dequantize(
     # stays normal: |total| < 2**33 keeps it below the top of the range (margin 34).
     out = np.empty(n, dtype=dt)
     step = max(1, CHUNK_ELEMENTS // block_size)  # the numpy loop's chunks decide the paths
-    if impl == "numba":
+    if compiled:
         native = np.ascontiguousarray(tot, dtype=tot.dtype.newbyteorder("="))
         _kernels.dequantize(native, neg_s, zero, block_size, step, out)
         return out
@@ -354,14 +348,14 @@ class FixedPointCodec:
         self,
         block_size: int = DEFAULT_BLOCK_SIZE,
         max_backoff: int = DEFAULT_MAX_BACKOFF,
-        impl: Impl = DEFAULT_IMPL,
+        compiled: bool = True,
     ) -> None:
         _check_block_size(block_size)
         if max_backoff < 0:
             raise ValueError(f"max_backoff must be >= 0, got {max_backoff}")
         self.block_size = block_size
         self.max_backoff = max_backoff
-        self.impl = check_impl(impl)
+        self.compiled = compiled
         self._scratch = ScratchPool()
 
     def phases(self, x: npt.NDArray[np.generic], n_workers: int) -> PhaseGenerator:
@@ -370,7 +364,7 @@ class FixedPointCodec:
         flat, shape = as_flat(x, self.name)
         if flat.dtype == np.int32:
             return int32_sum_phases(flat, shape, f"{self.name}.int32")
-        local = block_exponents(flat, self.block_size, impl=self.impl)  # rejects NaN / inf
+        local = block_exponents(flat, self.block_size, compiled=self.compiled)  # rejects NaN / inf
         return self._float_phases(flat, shape, local, n_workers)
 
     def _float_phases(
@@ -388,8 +382,8 @@ class FixedPointCodec:
             s = scale_exponents(exps, n_workers, backoff)
             # numba: a buffer of an earlier allreduce, its pages already mapped (a phase sent
             # before a retry keeps its own buffer: the driver may still hold it)
-            buf = self._scratch.take(n) if self.impl == "numba" else None
-            q = _quantize_scaled(flat, s, zero, bs, self.impl, buf)
+            buf = self._scratch.take(n) if self.compiled else None
+            q = _quantize_scaled(flat, s, zero, bs, self.compiled, buf)
             try:
                 total = yield Phase(Opcode.SUM, q, f"{self.name}.values")
             except SumOverflow as exc:
@@ -404,7 +398,9 @@ class FixedPointCodec:
                 backoff += blocks_hit(exc.lanes, n, bs)
                 continue
             total = expect_result(total, n, self.name)
-            out = dequantize(total, exps, n_workers, bs, backoff, flat.dtype, impl=self.impl)
+            out = dequantize(
+                total, exps, n_workers, bs, backoff, flat.dtype, compiled=self.compiled
+            )
             if buf is not None:
                 self._scratch.give(buf)
             return out.reshape(shape)

@@ -45,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.hostlib.codecs import _kernels
-from inaemu.hostlib.codecs._util import DEFAULT_IMPL, Impl, check_finite, check_impl, chunks
+from inaemu.hostlib.codecs._util import check_finite, chunks
 
 DEFAULT_ERROR_BOUND = 2.0**-10
 MAGIC = b"INCN"
@@ -95,7 +95,7 @@ def _scale(a: Float32Array, k: int) -> Float32Array:
 
 
 def compress(
-    x: npt.ArrayLike, error_bound: float = DEFAULT_ERROR_BOUND, *, impl: Impl = DEFAULT_IMPL
+    x: npt.ArrayLike, error_bound: float = DEFAULT_ERROR_BOUND, *, compiled: bool = True
 ) -> bytes:
     """Encode a float32 array (flattened) so that every element decodes within error_bound."""
     arr = np.asarray(x)
@@ -104,7 +104,7 @@ def compress(
     flat = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1)  # native byte order
     k = _quantum_exponent(error_bound)
     t0, t8, t16 = _thresholds(error_bound)
-    if check_impl(impl) == "numba" and sys.byteorder == "little":
+    if compiled and sys.byteorder == "little":
         return _compress_numba(flat, error_bound, k, (t0, t8, t16))
     check_finite(flat, "inceptionn")
     n = flat.size
@@ -187,7 +187,7 @@ def _fixed_to_float(
     return v
 
 
-def decompress(buf: bytes | bytearray | memoryview, *, impl: Impl = DEFAULT_IMPL) -> Float32Array:
+def decompress(buf: bytes | bytearray | memoryview, *, compiled: bool = True) -> Float32Array:
     """Decode a `compress` buffer to a 1-D float32 array. ValueError if malformed."""
     mv = memoryview(buf).cast("B")
     if len(mv) < HEADER_BYTES:
@@ -207,7 +207,7 @@ def decompress(buf: bytes | bytearray | memoryview, *, impl: Impl = DEFAULT_IMPL
     s8 = np.frombuffer(mv, dtype=np.uint8, count=n8, offset=off)
     off += n8
     packed = np.frombuffer(mv, dtype=np.uint8, offset=off)
-    if check_impl(impl) == "numba" and sys.byteorder == "little":
+    if compiled and sys.byteorder == "little":
         out = np.empty(n, dtype=np.float32)
         counts = _kernels.inceptionn_decode(
             packed, s32.view(np.uint32), s16.view(np.uint16), s8, k, out.view(np.uint32)

@@ -59,13 +59,10 @@ import numpy.typing as npt
 from inaemu.common.wire import INT32_MAX, INT32_MIN, Opcode
 from inaemu.hostlib.codecs import _kernels
 from inaemu.hostlib.codecs._util import (
-    DEFAULT_IMPL,
     SUPPORTED_DTYPES,
-    Impl,
     ScratchPool,
     as_flat,
     check_finite,
-    check_impl,
     check_workers,
     expect_result,
     float_bits,
@@ -114,10 +111,10 @@ class SketchCorrupt(ValueError):
 # ---- bitmaps -------------------------------------------------------------------------------
 
 
-def nonzero_bitmap(x: npt.ArrayLike, *, impl: Impl = DEFAULT_IMPL) -> Int32Array:
+def nonzero_bitmap(x: npt.ArrayLike, *, compiled: bool = True) -> Int32Array:
     """ceil(n / 32) words; element i is bit i % 32 (LSB first) of word i // 32."""
     flat = np.asarray(x).reshape(-1)
-    if check_impl(impl) == "numba" and flat.dtype in SUPPORTED_DTYPES:
+    if compiled and flat.dtype in SUPPORTED_DTYPES:
         return _scan(np.ascontiguousarray(flat, flat.dtype.newbyteorder("="))).bitmap
     n = flat.size
     nbytes = 4 * (-(-n // 32))
@@ -221,12 +218,12 @@ def sketch_layout(
     attempt: int = 0,
     seed: int = DEFAULT_SEED,
     *,
-    impl: Impl = DEFAULT_IMPL,
+    compiled: bool = True,
 ) -> SketchLayout:
     """The cells of every union member (indices into the full array) for one attempt."""
     if table < 1 or table >= 1 << 32:
         raise ValueError(f"table size {table} out of range")
-    if check_impl(impl) == "numba":
+    if compiled:
         members = np.asarray(union, dtype=np.int64).reshape(-1)
         cells = np.empty((N_HASHES, members.size), dtype=np.int64)
         loads = np.zeros(N_HASHES * table, dtype=np.int64)
@@ -251,7 +248,7 @@ def encode_sketch(
     values: npt.ArrayLike,
     layout: SketchLayout,
     *,
-    impl: Impl = DEFAULT_IMPL,
+    compiled: bool = True,
     out: Int32Array | None = None,
 ) -> Int32Array:
     """The m sketch cells (into `out` if given): each union member's integer value added to
@@ -259,7 +256,7 @@ def encode_sketch(
     v = np.asarray(values).reshape(-1)
     if v.shape != (layout.cells.shape[1],):
         raise ValueError(f"expected {layout.cells.shape[1]} values, got {v.shape}")
-    if check_impl(impl) == "numba" and v.dtype == np.int32:
+    if compiled and v.dtype == np.int32:
         # int64 sums are exact; the numpy reference's float64 ones are too (below 2**53)
         sums = np.zeros(layout.m, dtype=np.int64)
         if not _kernels.encode_sketch(v, layout.cells, sums):
@@ -287,9 +284,7 @@ _CORRUPT = {
 _DEGREE_BITS = 8  # peel() packs (member-id sum << 8) | degree into one int64 per cell
 
 
-def peel(
-    cells: npt.ArrayLike, layout: SketchLayout, *, impl: Impl = DEFAULT_IMPL
-) -> Int64Array | None:
+def peel(cells: npt.ArrayLike, layout: SketchLayout, *, compiled: bool = True) -> Int64Array | None:
     """Exact per-member sums from an aggregated sketch, or None if peeling stalls.
 
     Each round resolves every member that sits alone in some cell, all at once. Raises
@@ -302,7 +297,7 @@ def peel(
     u = c.shape[1]
     if layout.max_load >= 1 << _DEGREE_BITS or u * layout.max_load >= 1 << 54:
         raise ValueError("sketch too loaded to peel")  # cannot happen with sane sizes
-    if check_impl(impl) == "numba":
+    if compiled:
         values = np.zeros(u, dtype=np.int64)
         outcome = _kernels.peel(residual, c, layout.loads, _DEGREE_BITS, values)
         if outcome == _kernels.STALLED:
@@ -367,7 +362,7 @@ class SketchCodec:
         max_backoff: int = DEFAULT_MAX_BACKOFF,
         slack_sqrt: float = DEFAULT_SLACK_SQRT,
         slack_const: float = DEFAULT_SLACK_CONST,
-        impl: Impl = DEFAULT_IMPL,
+        compiled: bool = True,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -389,21 +384,21 @@ class SketchCodec:
         self.max_backoff = max_backoff
         self.slack_sqrt = slack_sqrt
         self.slack_const = slack_const
-        self.impl = check_impl(impl)
+        self.compiled = compiled
         self._scratch = ScratchPool()
 
     def phases(self, x: npt.NDArray[np.generic], n_workers: int) -> PhaseGenerator:
         """Validates eagerly (TypeError for other dtypes, ValueError for NaN / inf)."""
         check_workers(n_workers)
         flat, shape = as_flat(x, self.name)
-        if self.impl == "numba":
+        if self.compiled:
             scan = _scan(flat)  # phase A's vector, the check and x's non-zeros in one pass
             if not scan.finite:
                 check_finite(flat, self.name)
         else:
             if flat.dtype.kind == "f":
                 check_finite(flat, self.name)
-            scan = _Scan(nonzero_bitmap(flat, impl="numpy"), True, None)
+            scan = _Scan(nonzero_bitmap(flat, compiled=False), True, None)
         return self._run(flat, shape, n_workers, scan)
 
     def _union(
@@ -411,7 +406,7 @@ class SketchCodec:
     ) -> tuple[int, Int64Array | None, npt.NDArray[Any]]:
         """From the OR result: (u, the union's indices or None if it is everything, x[U])."""
         n, bitmap = flat.size, scan.bitmap
-        if self.impl == "numba":
+        if self.compiled:
             words, local = agg.view(np.uint32), bitmap.view(np.uint32)
             u = _kernels.union_size(local, words, n)
             if u < 0:
@@ -437,7 +432,7 @@ class SketchCodec:
     def _run(
         self, flat: npt.NDArray[Any], shape: tuple[int, ...], n_workers: int, scan: _Scan
     ) -> PhaseGenerator:
-        n, bs, name, impl = flat.size, self.block_size, self.name, self.impl
+        n, bs, name, compiled = flat.size, self.block_size, self.name, self.compiled
         if n == 0:
             return np.zeros(shape, dtype=flat.dtype)
         bitmap = scan.bitmap
@@ -448,7 +443,7 @@ class SketchCodec:
         is_int = flat.dtype == np.int32
         exps = np.zeros(0, dtype=np.int32)
         if not is_int:
-            local = block_exponents(values, bs, impl=impl)
+            local = block_exponents(values, bs, compiled=compiled)
             agg = yield Phase(Opcode.MAX, local, f"{name}.exponents")
             exps = check_exponents(expect_result(agg, local.size, name), local)
         zero = exps == ZERO_BLOCK_EXPONENT
@@ -464,20 +459,20 @@ class SketchCodec:
                     mode = "compact"  # dense fallback: never costs more than the dense vector
                 else:
                     members = np.arange(n) if union is None else union
-                    layout = sketch_layout(members, table, attempt, self.seed, impl=impl)
+                    layout = sketch_layout(members, table, attempt, self.seed, compiled=compiled)
             n_terms = n_workers * (layout.max_load if layout is not None else 1)
             # numba: the SUM phase's buffer comes from an earlier allreduce (see fixedpoint);
             # every attempt takes its own, the driver may still hold the previous one
             buf = None
-            if impl == "numba" and not (is_int and layout is None):
+            if compiled and not (is_int and layout is None):
                 buf = self._scratch.take(u if layout is None else layout.m)
             if is_int:
                 q: Int32Array = values
             else:
                 s = scale_exponents(exps, n_terms, backoff)
-                q = _quantize_scaled(values, s, zero, bs, impl, buf if layout is None else None)
+                q = _quantize_scaled(values, s, zero, bs, compiled, buf if layout is None else None)
             if layout is not None:
-                cells = encode_sketch(q, layout, impl=impl, out=buf)
+                cells = encode_sketch(q, layout, compiled=compiled, out=buf)
                 phase = Phase(Opcode.SUM, cells, f"{name}.cells#{attempt}")
             else:
                 phase = Phase(Opcode.SUM, q, f"{name}.compact")
@@ -502,7 +497,7 @@ class SketchCodec:
             if layout is None:
                 sums: npt.NDArray[Any] = agg
                 break
-            peeled = peel(agg, layout, impl=impl)
+            peeled = peel(agg, layout, compiled=compiled)
             if peeled is not None:
                 sums = peeled
                 break
@@ -515,7 +510,7 @@ class SketchCodec:
         if is_int:
             decoded: npt.NDArray[Any] = sums.astype(np.int32)
         else:
-            decoded = dequantize(sums, exps, n_terms, bs, backoff, flat.dtype, impl=impl)
+            decoded = dequantize(sums, exps, n_terms, bs, backoff, flat.dtype, compiled=compiled)
         if buf is not None:
             self._scratch.give(buf)
         if union is None:

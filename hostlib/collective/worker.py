@@ -36,7 +36,8 @@ import numpy as np
 
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.common import args as arg
-from inaemu.hostlib.codecs import warm_up
+from inaemu.common.jit import warm_up
+from inaemu.hostlib.codecs import loader
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND
 from inaemu.hostlib.collective.executor import (
     SCHEDULE_CODECS,
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
     x = worker_input(args.seed, args.rank, args.size, args.density, args.codec)
-    warm_up(codec, x.dtype)  # compiled kernels loaded now, not inside the measured allreduce
+    warm_up(loader(codec, x.dtype))  # compiled kernels loaded now, not in the measured allreduce
     channel: TcpPeers | None = None
     try:
         channel = TcpPeers(

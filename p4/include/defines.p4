@@ -1,10 +1,10 @@
 /* inaemu: compile-time constants shared by every part of the pipeline.
- * Mirrors hostlib/wire.py (wire format) and p4/constants.py (drop reasons, events);
+ * Mirrors common/wire.py (wire format) and p4/constants.py (drop reasons, events);
  * tests/test_p4_agreement.py checks that they agree. */
 #ifndef INA_DEFINES_P4
 #define INA_DEFINES_P4
 
-/* Lanes per packet: 8, 16, 32 or 64 (hostlib.wire.K). */
+/* Lanes per packet: 8, 16, 32 or 64 (common.wire.K). */
 #ifndef INA_K
 #define INA_K 64
 #endif
@@ -34,7 +34,9 @@ const bit<8> OP_MAX = 2;
 const bit<8> STATE_READY    = 0x1;
 const bit<8> STATE_OVERFLOW = 0x2;
 
-/* Drop reasons: index into the ina_drops counter. 0 = not dropped. */
+/* Drop reasons: index into the ina_drops counter. 0 = not dropped. A new one is a constant
+ * here, the count below, and its member in p4/constants.py (docs/architecture.md, "Adding a
+ * drop reason or an event"). */
 const bit<8> DROP_NONE              = 0;
 const bit<8> DROP_TRUNCATED         = 1;
 const bit<8> DROP_BAD_VERSION       = 2;
@@ -54,7 +56,7 @@ const bit<8> DROP_BAD_IPV4          = 15;
 const bit<8> DROP_AHEAD             = 16; /* a child moved on before its round completed */
 #define INA_DROP_REASONS 17
 
-/* Aggregation events: index into the ina_events counter. */
+/* Aggregation events: index into the ina_events counter (a new one: as a drop reason). */
 const bit<32> EV_CONTRIBUTION   = 0;  /* a new contribution was combined into a slot */
 const bit<32> EV_FIRST          = 1;  /* it was the first of a new use of (slot, set) */
 const bit<32> EV_COMPLETE_ROOT  = 2;  /* root completed: result multicast */

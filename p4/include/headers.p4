@@ -1,4 +1,4 @@
-/* inaemu: header and metadata declarations. The INA header mirrors hostlib/wire.py
+/* inaemu: header and metadata declarations. The INA header mirrors common/wire.py
  * (INA_HEADER_FIELDS): same names, widths and order. */
 #ifndef INA_HEADERS_P4
 #define INA_HEADERS_P4

@@ -1,14 +1,15 @@
 """The compiled per-packet path: one numba function runs a whole batch of frames.
 
-`process_frames` is `Pipeline._process` (softswitch/pipeline.py) over a batch, decision for
-decision and in the same order: parser, loss injection, aggregation or IPv4 forwarding,
+`process_frames` is `ReferenceEngine._process` (softswitch/reference.py) over a batch,
+decision for decision and in the same order: parser, loss injection, aggregation or IPv4 forwarding,
 ingress counters, the traffic manager (multicast, drop, unicast), egress rewrite, egress
 counters and the IPv4 checksum. What it reads and writes are flat numpy arrays: the tables
 as open-addressing hash tables (`tables.py` builds them from the Python tables), the
-registers as a (cells, 5) int64 array plus the owners and the (cells, K) int32 lanes, the
-counters as per-batch increments that `pipeline.py` adds to the Python counters afterwards.
+registers as a (cells, fields) int64 array plus the owners and the (cells, K) int32 lanes, the
+counters as per-batch increments that `engine.py` adds to the Python counters afterwards.
 
-Numbers the kernel takes from elsewhere (wire layout, drop reasons, events, counter sizes)
+Numbers the kernel takes from elsewhere (wire layout, drop reasons, events, counter sizes,
+the registers' columns)
 reach it through `Constants`, which `make_kernel` closes over: numba keys its on-disk cache on
 the closure's values as well as on this file, so a change to p4/constants.py or
 common/wire.py recompiles instead of loading a stale kernel. Functions here at module level
@@ -17,20 +18,23 @@ take such numbers only as arguments.
 
 from __future__ import annotations
 
+import collections
+import enum
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from inaemu.common.jit import cached_njit
+from inaemu.common.jit import check_parameters, kernel_with
 from inaemu.common.wire import (
     ETH_BYTES,
     ETHERTYPE_IPV4,
-    INA_HEADER_BYTES,
+    INA_AT,
     INA_OFFSET,
     INA_UDP_PORT,
     INA_VERSION,
@@ -38,6 +42,7 @@ from inaemu.common.wire import (
     IPV4_BYTES,
     LANES_BYTES,
     Flag,
+    InaLayout,
     K,
     Opcode,
 )
@@ -51,14 +56,13 @@ from inaemu.p4.constants import (
     DropReason,
     Event,
 )
+from inaemu.softswitch.batch import Frames
+from inaemu.softswitch.state import CELL, CellFields
 
 # The hash tables, in the order of `CompiledTables.slices` (tables.py).
 T_LOSS, T_JOB, T_CHILD, T_EGRESS, T_LPM, T_MCAST = range(6)
 N_TABLES = 6
 PARAMS_WIDTH = 7  # the widest action (agg_node)
-# Register columns of `cells` (one row per cell), as the Registers fields.
-R_BITMAP, R_COUNT, R_CONTRIB, R_STATE, R_SEQ = range(5)
-N_CELL_FIELDS = 5
 # misc[]: scalars of the compiled tables.
 M_LPM_DEFAULT, M_MAX_REPLICAS = range(2)
 N_MISC = 2
@@ -68,22 +72,13 @@ _HASH_SHIFT = 29
 # The kernel's integers: int64 throughout (numba types int64 mixed with uint64 or int32 as float).
 i64 = cast(Callable[[Any], int], np.int64)
 
-F = TypeVar("F", bound=Callable[..., Any])
-_JIT: dict[str, Any] = {"nogil": True, "_nrt": False}  # cached: common/jit.py  # _nrt: see jit()
-
-
-def jit(fn: F) -> F:
-    """numba's njit: cached on disk (numba's cache dir), without the GIL, and without numba's
-    reference counting (`_nrt=False`): nothing here allocates, and counting the references of
-    every array a helper takes costs two atomic calls per array and call, which made a hash
-    look-up 20 times slower."""
-    return cached_njit(fn, **_JIT)
-
-
-def inline(fn: F) -> F:
-    """A helper of the kernel, inlined into it by numba (called, it would take the constants
-    as 50 arguments)."""
-    return cached_njit(fn, **_JIT, inline="always")
+# Every function here: `common.jit.kernel` without numba's reference counting (`_nrt=False`):
+# nothing here allocates, and counting the references of every array a helper takes costs two
+# atomic calls per array and call, which made a hash look-up 20 times slower. The helpers of
+# the kernel are inlined into it by numba (called, they would take the constants as 50
+# arguments).
+jit = kernel_with(_nrt=False)
+inline = kernel_with(_nrt=False, inline="always")
 
 
 class Constants(NamedTuple):
@@ -94,46 +89,23 @@ class Constants(NamedTuple):
     ip_off: int
     udp_off: int
     ina_off: int
+    reg: CellFields  # each register's column in `cells` (state.CELL)
+    at: InaLayout  # the INA fields' offsets from ina_off
     lanes_off: int
     frame_end: int
     k: int
     ip_proto_udp: int
     ina_udp_port: int
     ina_version: int
-    flag_result: int
-    flag_retx: int
-    flag_overflow: int
-    op_sum: int
-    op_or: int
-    op_max: int
+    # The enums' members by name (`members`: a NamedTuple of their values, which numba takes
+    # whole; typed as the enums, so that mypy knows every name the kernel uses).
+    flag: type[Flag]
+    op: type[Opcode]
+    drop: type[DropReason]
+    event: type[Event]
     state_ready: int
     state_overflow: int
     drop_port: int
-    truncated: int
-    bad_version: int
-    bad_opcode: int
-    bad_lanes: int
-    unknown_job: int
-    slot_range: int
-    not_member: int
-    unexpected_result: int
-    stale: int
-    duplicate: int
-    loss: int
-    no_route: int
-    ttl_expired: int
-    not_ipv4: int
-    bad_ipv4: int
-    ahead: int
-    contribution: int
-    first: int
-    complete_root: int
-    complete_up: int
-    retx_reply: int
-    retx_up: int
-    parent_result: int
-    overflow: int
-    takeover: int
     # the flat counter array: [events | port_rx | ina_drops | port_tx], one row per index
     events_at: int
     events_n: int
@@ -145,10 +117,29 @@ class Constants(NamedTuple):
     counters_n: int
 
 
+E = TypeVar("E", bound=enum.IntEnum | enum.IntFlag)
+
+
+def members(kind: type[E]) -> type[E]:
+    """The members of `kind` as a NamedTuple of their values (`DropReason` -> `DropReasons(NONE=0,
+    TRUNCATED=1, ...)`), typed as `kind` itself: `c.drop.STALE` reads like the enum, in numba
+    a constant. Its class is this module's attribute of that name, so that numba's cache key
+    pickles it by name and values: a member added or renumbered recompiles the kernel."""
+    name = kind.__name__ + "s"
+    record = globals().get(name)
+    if record is None:
+        record = globals()[name] = _namedtuple(name, [m.name for m in kind], module=__name__)
+    assert record._fields == tuple(m.name for m in kind)
+    return cast(type[E], record(*(int(m) for m in kind)))
+
+
+_namedtuple: Callable[..., Any] = collections.namedtuple  # fields from the enum, not literals
+
+
 def constants() -> Constants:
     ip_off = ETH_BYTES
     udp_off = ip_off + IPV4_BYTES
-    lanes_off = INA_OFFSET + INA_HEADER_BYTES
+    lanes_off = INA_OFFSET + INA_AT.values
     rx_at = INA_EVENTS
     drops_at = rx_at + INA_PORTS
     tx_at = drops_at + INA_DROP_REASONS
@@ -158,46 +149,21 @@ def constants() -> Constants:
         ip_off=ip_off,
         udp_off=udp_off,
         ina_off=INA_OFFSET,
+        reg=CELL,
+        at=INA_AT,
         lanes_off=lanes_off,
         frame_end=lanes_off + LANES_BYTES,
         k=K,
         ip_proto_udp=IP_PROTO_UDP,
         ina_udp_port=INA_UDP_PORT,
         ina_version=INA_VERSION,
-        flag_result=int(Flag.RESULT),
-        flag_retx=int(Flag.RETX),
-        flag_overflow=int(Flag.OVERFLOW),
-        op_sum=int(Opcode.SUM),
-        op_or=int(Opcode.OR),
-        op_max=int(Opcode.MAX),
+        flag=members(Flag),
+        op=members(Opcode),
+        drop=members(DropReason),
+        event=members(Event),
         state_ready=STATE_READY,
         state_overflow=STATE_OVERFLOW,
         drop_port=DROP_PORT,
-        truncated=int(DropReason.TRUNCATED),
-        bad_version=int(DropReason.BAD_VERSION),
-        bad_opcode=int(DropReason.BAD_OPCODE),
-        bad_lanes=int(DropReason.BAD_LANES),
-        unknown_job=int(DropReason.UNKNOWN_JOB),
-        slot_range=int(DropReason.SLOT_RANGE),
-        not_member=int(DropReason.NOT_MEMBER),
-        unexpected_result=int(DropReason.UNEXPECTED_RESULT),
-        stale=int(DropReason.STALE),
-        duplicate=int(DropReason.DUPLICATE),
-        loss=int(DropReason.LOSS),
-        no_route=int(DropReason.NO_ROUTE),
-        ttl_expired=int(DropReason.TTL_EXPIRED),
-        not_ipv4=int(DropReason.NOT_IPV4),
-        bad_ipv4=int(DropReason.BAD_IPV4),
-        ahead=int(DropReason.AHEAD),
-        contribution=int(Event.CONTRIBUTION),
-        first=int(Event.FIRST),
-        complete_root=int(Event.COMPLETE_ROOT),
-        complete_up=int(Event.COMPLETE_UP),
-        retx_reply=int(Event.RETX_REPLY),
-        retx_up=int(Event.RETX_UP),
-        parent_result=int(Event.PARENT_RESULT),
-        overflow=int(Event.OVERFLOW),
-        takeover=int(Event.TAKEOVER),
         events_at=0,
         events_n=INA_EVENTS,
         rx_at=rx_at,
@@ -207,6 +173,64 @@ def constants() -> Constants:
         tx_at=tx_at,
         counters_n=tx_at + INA_PORTS,
     )
+
+
+# ---------------------------------------------------------------------- the kernel's records
+
+U8s = npt.NDArray[np.uint8]
+I32s = npt.NDArray[np.int32]
+I64s = npt.NDArray[np.int64]
+
+
+class TableArrays(NamedTuple):
+    """The tables and multicast groups as the kernel reads them (`tables.compile_tables`)."""
+
+    hkeys: I64s  # every table's hash slots, back to back; -1: free
+    hvals: I64s  # the row of the key in the same slot
+    slices: I64s  # (N_TABLES, 2): each table's first slot and mask (slots - 1)
+    params: I64s  # (rows, PARAMS_WIDTH): each entry's action parameters
+    mc_ports: I64s  # multicast replicas' ports, group after group
+    plens: I64s  # the LPM prefix lengths present, longest first
+    misc: I64s  # M_LPM_DEFAULT: the row of the LPM default action; M_MAX_REPLICAS
+
+
+class Work(NamedTuple):
+    """What the kernel changes besides the output: the registers (`Registers`' arrays) and
+    the counts of a batch."""
+
+    cells: I64s  # (cells, CellFields): one row per cell
+    owner: I64s  # per slot
+    lanes: I32s  # (cells, K)
+    ctr: I64s  # (counters, 2): packets and bytes per index of [events|rx|drops|tx], zeroed
+    row_ctr: I64s  # (rows, 2): the direct counters per table row, zeroed
+    touched: I64s  # (counters + rows, 3): what a batch counted, (index, packets, bytes)
+
+
+class BatchKernel:
+    """The batch kernel (`make_kernel`) as Python calls it: its arguments
+    in records, named and typed at the call. They cross into numba as separate arguments
+    (`process_arrays`, whose parameters are the records' fields, checked as it is made): numba
+    types an array argument in C, a NamedTuple in Python (microseconds a call)."""
+
+    def __init__(self, dispatcher: Any) -> None:
+        self.dispatcher = dispatcher  # numba's: its cache statistics (`stats`)
+
+    def __call__(
+        self,
+        inp: Frames,
+        n: int,
+        start: int,
+        draws: I64s,
+        tables: TableArrays,
+        work: Work,
+        out: Frames,
+        out_n: int,
+        out_used: int,
+    ) -> KernelResult:
+        result: KernelResult = self.dispatcher(
+            *inp, n, start, draws, *tables, *work, *out, out_n, out_used
+        )
+        return result
 
 
 # ---------------------------------------------------------------------- hash tables
@@ -231,17 +255,17 @@ def fill_hash(keys: Any, vals: Any, start: int, mask: int, new_keys: Any, new_va
 
 
 @inline
-def find(keys: Any, vals: Any, slices: Any, table: int, key: int) -> int:
+def find(t: TableArrays, table: int, key: int) -> int:
     """The row of `key` in hash table `table`, or -1."""
     if key < 0:
         return -1
-    start = slices[table, 0]
-    mask = slices[table, 1]
+    start = t.slices[table, 0]
+    mask = t.slices[table, 1]
     s = _slot_of(key, mask)
     while True:
-        k = keys[start + s]
+        k = t.hkeys[start + s]
         if k == key:
-            return i64(vals[start + s])
+            return i64(t.hvals[start + s])
         if k == -1:
             return -1
         s = (s + 1) & mask
@@ -325,9 +349,10 @@ def _store_lanes(buf: Any, at: int, row: Any, k: int) -> None:
 
 
 @inline
-def _set_flags_contrib(buf: Any, p: int, ina_off: int, flags: int, contrib: int) -> None:
-    buf[p + ina_off] = (i64(buf[p + ina_off]) & 0xF0) | (flags & 0x0F)
-    _put(buf, p + ina_off + 8, contrib & 0xFFFF, 2)
+def _set_flags_contrib(buf: Any, p: int, c: Constants, flags: int, contrib: int) -> None:
+    ina = p + c.ina_off
+    buf[ina + c.at.ver_flags] = (i64(buf[ina + c.at.ver_flags]) & 0xF0) | (flags & 0x0F)
+    _put(buf, ina + c.at.contrib, contrib & 0xFFFF, 2)
 
 
 @inline
@@ -376,81 +401,62 @@ def _parse(buf: Any, p: int, n: int, c: Constants) -> tuple[bool, bool, bool]:
 
 
 @inline
-def _forward(
-    buf: Any,
-    p: int,
-    hkeys: Any,
-    hvals: Any,
-    slices: Any,
-    params: Any,
-    plens: Any,
-    misc: Any,
-    c: Constants,
-) -> tuple[int, int]:
+def _forward(buf: Any, p: int, t: TableArrays, c: Constants) -> tuple[int, int]:
     """Ipv4Forwarding: (drop reason, egress_spec)."""
     ip = p + c.ip_off
     if i64(buf[ip]) >> 4 != 4 or i64(buf[ip]) & 0x0F != 5:
-        return c.bad_ipv4, 0
+        return c.drop.BAD_IPV4, 0
     ttl = i64(buf[ip + 8])
     if ttl <= 1:
-        return c.ttl_expired, 0
+        return c.drop.TTL_EXPIRED, 0
     dst = _u32(buf, ip + 16)
-    row = i64(misc[M_LPM_DEFAULT])
-    for j in range(plens.shape[0]):
-        plen = i64(plens[j])
+    row = i64(t.misc[M_LPM_DEFAULT])
+    for j in range(t.plens.shape[0]):
+        plen = i64(t.plens[j])
         mask = (((1 << plen) - 1) << (32 - plen)) if plen else 0
-        hit = find(hkeys, hvals, slices, T_LPM, (plen << 32) | (dst & mask))
+        hit = find(t, T_LPM, (plen << 32) | (dst & mask))
         if hit >= 0:
             row = hit
             break
+    params = t.params
     if params[row, 0] == LPM_FORWARD:
         for b in range(6):  # the source MAC is the old destination MAC
             buf[p + 6 + b] = buf[p + b]
         _put(buf, p, i64(params[row, 1]), 6)
         buf[ip + 8] = ttl - 1
-        return 0, i64(params[row, 2])
-    return c.no_route, 0
+        return c.drop.NONE, i64(params[row, 2])
+    return c.drop.NO_ROUTE, 0
 
 
 @inline
 def _aggregate(
-    buf: Any,
-    p: int,
-    ingress_port: int,
-    length: int,
-    hkeys: Any,
-    hvals: Any,
-    slices: Any,
-    params: Any,
-    row_ctr: Any,
-    cells: Any,
-    owner: Any,
-    lanes: Any,
-    ctr: Any,
-    c: Constants,
+    buf: Any, p: int, ingress_port: int, length: int, t: TableArrays, w: Work, c: Constants
 ) -> tuple[int, int, int, bool]:
-    """Aggregation: (drop reason, egress_spec, mcast_grp, consumed), as Pipeline._aggregate."""
+    """Aggregation: (drop reason, egress_spec, mcast_grp, consumed), as the reference's
+    `_aggregate`."""
+    params, cells, owner, lanes, ctr = t.params, w.cells, w.owner, w.lanes, w.ctr
     ina = p + c.ina_off
-    ver_flags = i64(buf[ina])
+    at = c.at
+    ver_flags = i64(buf[ina + at.ver_flags])
     version = ver_flags >> 4
     flags = ver_flags & 0x0F
-    opcode = i64(buf[ina + 1])
-    job_id = _u16(buf, ina + 2)
-    tree_id = i64(buf[ina + 4])
-    nlanes = i64(buf[ina + 5])
-    slot = _u16(buf, ina + 6)
-    contrib = _u16(buf, ina + 8)
-    seq = _u32(buf, ina + 10)
+    opcode = i64(buf[ina + at.opcode])
+    job_id = _u16(buf, ina + at.job_id)
+    tree_id = i64(buf[ina + at.tree_id])
+    nlanes = i64(buf[ina + at.lanes])
+    slot = _u16(buf, ina + at.slot)
+    contrib = _u16(buf, ina + at.contrib)
+    seq = _u32(buf, ina + at.seq)
     # Validate the header, then the job.
     if version != c.ina_version:
-        return c.bad_version, 0, 0, False
-    if opcode > c.op_max:
-        return c.bad_opcode, 0, 0, False
+        return c.drop.BAD_VERSION, 0, 0, False
+    if opcode > c.op.MAX:
+        return c.drop.BAD_OPCODE, 0, 0, False
     if nlanes == 0 or nlanes > c.k:
-        return c.bad_lanes, 0, 0, False
-    job = find(hkeys, hvals, slices, T_JOB, (job_id << 8) | tree_id)
+        return c.drop.BAD_LANES, 0, 0, False
+    job = find(t, T_JOB, (job_id << 8) | tree_id)
     if job < 0:
-        return c.unknown_job, 0, 0, False
+        return c.drop.UNKNOWN_JOB, 0, 0, False
     base = i64(params[job, 0])
     pool_size = i64(params[job, 1])
     fanin = i64(params[job, 2])
@@ -461,86 +467,86 @@ def _aggregate(
     set_ = slot >> 15
     slot_index = slot & 0x7FFF
     if slot_index >= pool_size:
-        return c.slot_range, 0, 0, False
+        return c.drop.SLOT_RANGE, 0, 0, False
     slot_addr = base + slot_index
     cell = (slot_addr << 1) | set_
     if cell < 0 or cell >= cells.shape[0]:
-        return c.slot_range, 0, 0, False
+        return c.drop.SLOT_RANGE, 0, 0, False
     owner_key = (job_id << 32) | (epoch << 16) | (seq >> 16)
-    state = i64(cells[cell, R_STATE])
-    stored_contrib = i64(cells[cell, R_CONTRIB])
+    state = i64(cells[cell, c.reg.state])
+    stored_contrib = i64(cells[cell, c.reg.contrib])
     lanes_at = p + c.lanes_off
     ev = c.events_at
     ne = c.events_n
 
-    if flags & c.flag_result:
+    if flags & c.flag.RESULT:
         # A result coming down from the parent.
         if is_root == 1 or ingress_port != parent_port:
-            return c.unexpected_result, 0, 0, False
-        if owner[slot_addr] != owner_key or seq != cells[cell, R_SEQ]:
-            return c.stale, 0, 0, False
-        if cells[cell, R_COUNT] != fanin:
+            return c.drop.UNEXPECTED_RESULT, 0, 0, False
+        if owner[slot_addr] != owner_key or seq != cells[cell, c.reg.seq]:
+            return c.drop.STALE, 0, 0, False
+        if cells[cell, c.reg.count] != fanin:
             # This node's round is not complete: the parent's result cannot include it.
-            return c.unexpected_result, 0, 0, False
+            return c.drop.UNEXPECTED_RESULT, 0, 0, False
         for j in range(c.k):
             lanes[cell, j] = _lane(buf, lanes_at + 4 * j)
-        state = c.state_ready | (c.state_overflow if flags & c.flag_overflow else 0)
-        cells[cell, R_STATE] = state
-        cells[cell, R_CONTRIB] = contrib
-        _count(ctr, ev, ne, c.parent_result, length)
-        return 0, 0, child_mgid, False
+        state = c.state_ready | (c.state_overflow if flags & c.flag.OVERFLOW else 0)
+        cells[cell, c.reg.state] = state
+        cells[cell, c.reg.contrib] = contrib
+        _count(ctr, ev, ne, c.event.PARENT_RESULT, length)
+        return c.drop.NONE, 0, child_mgid, False
 
-    child = find(hkeys, hvals, slices, T_CHILD, (job_id << 40) | (tree_id << 32) | ingress_port)
+    child = find(t, T_CHILD, (job_id << 40) | (tree_id << 32) | ingress_port)
     if child < 0:
-        return c.not_member, 0, 0, False
-    row_ctr[child, 0] += 1
-    row_ctr[child, 1] += length
+        return c.drop.NOT_MEMBER, 0, 0, False
+    w.row_ctr[child, 0] += 1
+    w.row_ctr[child, 1] += length
     child_index = i64(params[child, 0])
     other = cell ^ 1
     if owner[slot_addr] != owner_key:
         # 1. A new owner (job, installation or run) takes the slot over: lazy reset.
         owner[slot_addr] = owner_key
-        for f in (R_BITMAP, R_COUNT, R_STATE, R_SEQ):
+        for f in (c.reg.bitmap, c.reg.count, c.reg.state, c.reg.seq):
             cells[cell, f] = 0
             cells[other, f] = 0
         state = 0
         stored_contrib = 0
-        _count(ctr, ev, ne, c.takeover, length)
+        _count(ctr, ev, ne, c.event.TAKEOVER, length)
     child_bit = ((1 << child_index) & 0xFFFFFFFF) if 0 <= child_index < 32 else 0
-    bitmap = i64(cells[cell, R_BITMAP])
-    count = i64(cells[cell, R_COUNT])
-    stored_seq = i64(cells[cell, R_SEQ])
-    other_bitmap = i64(cells[other, R_BITMAP])
-    other_count = i64(cells[other, R_COUNT])
+    bitmap = i64(cells[cell, c.reg.bitmap])
+    count = i64(cells[cell, c.reg.count])
+    stored_seq = i64(cells[cell, c.reg.seq])
+    other_bitmap = i64(cells[other, c.reg.bitmap])
+    other_count = i64(cells[other, c.reg.count])
 
     if bitmap & child_bit and seq != stored_seq:
-        return c.stale, 0, 0, False  # 2. not a retransmission: older than this use
+        return c.drop.STALE, 0, 0, False  # 2. not a retransmission: older than this use
     if bitmap & child_bit:
         # 3. A retransmission from a child already counted in this use.
-        overflow_flag = c.flag_overflow if state & c.state_overflow else 0
+        overflow_flag = c.flag.OVERFLOW if state & c.state_overflow else 0
         if state & c.state_ready:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
-            _set_flags_contrib(buf, p, c.ina_off, c.flag_result | overflow_flag, stored_contrib)
-            _count(ctr, ev, ne, c.retx_reply, length)
-            return 0, ingress_port, 0, False
+            _set_flags_contrib(buf, p, c, c.flag.RESULT | overflow_flag, stored_contrib)
+            _count(ctr, ev, ne, c.event.RETX_REPLY, length)
+            return c.drop.NONE, ingress_port, 0, False
         if count == fanin:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
-            _set_flags_contrib(buf, p, c.ina_off, c.flag_retx | overflow_flag, stored_contrib)
-            _count(ctr, ev, ne, c.retx_up, length)
-            return 0, parent_port, 0, False
-        return c.duplicate, 0, 0, False
+            _set_flags_contrib(buf, p, c, c.flag.RETX | overflow_flag, stored_contrib)
+            _count(ctr, ev, ne, c.event.RETX_UP, length)
+            return c.drop.NONE, parent_port, 0, False
+        return c.drop.DUPLICATE, 0, 0, False
     if count != 0 and count != fanin and seq != stored_seq:
-        return c.stale, 0, 0, False  # 4. an older chunk's copy
+        return c.drop.STALE, 0, 0, False  # 4. an older chunk's copy
     if count == fanin and seq == stored_seq:
-        return c.stale, 0, 0, False  # 5. a late copy of the completed use
+        return c.drop.STALE, 0, 0, False  # 5. a late copy of the completed use
     if other_bitmap & child_bit and other_count != fanin:
         # 6. The child jumps ahead: its round in the other set is not complete.
-        return c.ahead, 0, 0, False
+        return c.drop.AHEAD, 0, 0, False
 
     # 7. A new contribution.
-    cells[cell, R_BITMAP] = bitmap | child_bit
-    cells[other, R_BITMAP] = other_bitmap & ~child_bit & 0xFFFFFFFF
-    _count(ctr, ev, ne, c.contribution, length)
+    cells[cell, c.reg.bitmap] = bitmap | child_bit
+    cells[other, c.reg.bitmap] = other_bitmap & ~child_bit & 0xFFFFFFFF
+    _count(ctr, ev, ne, c.event.CONTRIBUTION, length)
     overflow = False
     row = lanes[cell]
     if count == 0 or count == fanin:
@@ -549,10 +555,10 @@ def _aggregate(
         count = 1
         new_contrib = contrib
         state = 0
-        cells[cell, R_SEQ] = seq
-        _count(ctr, ev, ne, c.first, length)
+        cells[cell, c.reg.seq] = seq
+        _count(ctr, ev, ne, c.event.FIRST, length)
     else:
-        if opcode == c.op_sum:
+        if opcode == c.op.SUM:
             for j in range(c.k):
                 wide = i64(row[j]) + _lane(buf, lanes_at + 4 * j)
                 if wide > 0x7FFFFFFF:
@@ -562,7 +568,7 @@ def _aggregate(
                     wide = -0x80000000
                     overflow = True
                 row[j] = wide
-        elif opcode == c.op_or:
+        elif opcode == c.op.OR:
             for j in range(c.k):
                 row[j] = i64(row[j]) | _lane(buf, lanes_at + 4 * j)
         else:
@@ -574,8 +580,8 @@ def _aggregate(
             _store_lanes(buf, lanes_at, row, c.k)
     if overflow:
         state |= c.state_overflow
-        _count(ctr, ev, ne, c.overflow, length)
-    if flags & c.flag_overflow:
+        _count(ctr, ev, ne, c.event.OVERFLOW, length)
+    if flags & c.flag.OVERFLOW:
         state |= c.state_overflow
 
     # Completion.
@@ -583,22 +589,22 @@ def _aggregate(
     mcast_grp = 0
     consumed = False
     if count == fanin:
-        out_flags = c.flag_overflow if state & c.state_overflow else 0
+        out_flags = c.flag.OVERFLOW if state & c.state_overflow else 0
         if is_root == 1:
             state |= c.state_ready
-            _set_flags_contrib(buf, p, c.ina_off, out_flags | c.flag_result, new_contrib)
+            _set_flags_contrib(buf, p, c, out_flags | c.flag.RESULT, new_contrib)
             mcast_grp = child_mgid
-            _count(ctr, ev, ne, c.complete_root, length)
+            _count(ctr, ev, ne, c.event.COMPLETE_ROOT, length)
         else:
-            _set_flags_contrib(buf, p, c.ina_off, out_flags, new_contrib)
+            _set_flags_contrib(buf, p, c, out_flags, new_contrib)
             egress_spec = parent_port
-            _count(ctr, ev, ne, c.complete_up, length)
+            _count(ctr, ev, ne, c.event.COMPLETE_UP, length)
     else:
         consumed = True
-    cells[cell, R_COUNT] = count
-    cells[cell, R_CONTRIB] = new_contrib
-    cells[cell, R_STATE] = state
-    return 0, egress_spec, mcast_grp, consumed
+    cells[cell, c.reg.count] = count
+    cells[cell, c.reg.contrib] = new_contrib
+    cells[cell, c.reg.state] = state
+    return c.drop.NONE, egress_spec, mcast_grp, consumed
 
 
 @inline
@@ -609,17 +615,15 @@ def _egress(
     egress_port: int,
     ina_valid: bool,
     ipv4_valid: bool,
-    hkeys: Any,
-    hvals: Any,
-    slices: Any,
-    params: Any,
+    t: TableArrays,
     ctr: Any,
     c: Constants,
 ) -> None:
     """EgressRewrite, EgressCounters and InaComputeChecksum on the copy at buf[p:]."""
     ip = p + c.ip_off
     if ina_valid:
-        row = find(hkeys, hvals, slices, T_EGRESS, egress_port)
+        row = find(t, T_EGRESS, egress_port)
+        params = t.params
         if row >= 0:
             _put(buf, p, i64(params[row, 0]), 6)
             _put(buf, ip + 16, i64(params[row, 1]), 4)
@@ -634,13 +638,14 @@ def _egress(
         _put(buf, ip + 10, _ipv4_checksum(buf, ip, c.udp_off - c.ip_off), 2)
 
 
-KernelResult = tuple[int, int, int, int]
+KernelResult = tuple[int, int, int, int]  # (next frame, output frames, output bytes, counts)
 
 
 @inline
-def _drain_counts(ctr: Any, row_ctr: Any, touched: Any) -> int:
+def _drain_counts(w: Work) -> int:
     """Move every non-zero count into `touched` as (index, packets, bytes), zeroing it; indices
     past the counters are rows of row_ctr (index - len(ctr)). Returns how many."""
+    ctr, row_ctr, touched = w.ctr, w.row_ctr, w.touched
     m = 0
     for i in range(ctr.shape[0]):
         if ctr[i, 0] or ctr[i, 1]:
@@ -661,101 +666,101 @@ def _drain_counts(ctr: Any, row_ctr: Any, touched: Any) -> int:
     return m
 
 
-def make_kernel(c: Constants) -> Callable[..., KernelResult]:
+def make_kernel(c: Constants) -> BatchKernel:
     """The batch kernel for these constants (compiled on first call, or loaded from numba's
     cache)."""
 
     @jit
-    def process_frames(
-        in_buf: Any,
-        in_off: Any,
-        in_len: Any,
-        in_port: Any,
+    def process_arrays(
+        in_buf: U8s,
+        in_offset: I64s,
+        in_length: I32s,
+        in_port: I32s,
         n: int,
         start: int,
-        draws: Any,
-        hkeys: Any,
-        hvals: Any,
-        slices: Any,
-        params: Any,
-        mc_ports: Any,
-        plens: Any,
-        misc: Any,
-        cells: Any,
-        owner: Any,
-        lanes: Any,
-        ctr: Any,
-        row_ctr: Any,
-        touched: Any,
-        out_buf: Any,
-        out_off: Any,
-        out_len: Any,
-        out_port: Any,
+        draws: I64s,
+        hkeys: I64s,
+        hvals: I64s,
+        slices: I64s,
+        params: I64s,
+        mc_ports: I64s,
+        plens: I64s,
+        misc: I64s,
+        cells: I64s,
+        owner: I64s,
+        lanes: I32s,
+        ctr: I64s,
+        row_ctr: I64s,
+        touched: I64s,
+        out_buf: U8s,
+        out_offset: I64s,
+        out_length: I32s,
+        out_port: I32s,
         out_n: int,
         out_used: int,
     ) -> KernelResult:
-        """Frames start .. n-1 of the input, each as Pipeline._process; what they emit is
-        appended to the output arrays. Stops early, before a frame whose worst-case output
+        """Frames start .. n-1 of the input, each as ReferenceEngine._process, `draws[i]` the
+        loss injection's draw of frame i; what they emit is appended to the output (out_n
+        frames, out_used bytes so far). Stops early, before a frame whose worst-case output
         might not fit (a copy per replica of the largest multicast group): returns (the next
         frame to process, output frames, output bytes, counts in `touched`), and the caller
-        grows the output. What the frames counted is left in `touched` (_drain_counts)."""
+        grows the output. What the frames counted is left in `touched` (_drain_counts).
+
+        Its parameters are the records' fields (`BatchKernel`); the helpers take the tables
+        and the work arrays as records again. `c`, the constants, is the only name it closes
+        over (numba's cache key)."""
+        t = TableArrays(
+            hkeys=hkeys,
+            hvals=hvals,
+            slices=slices,
+            params=params,
+            mc_ports=mc_ports,
+            plens=plens,
+            misc=misc,
+        )
+        w = Work(cells=cells, owner=owner, lanes=lanes, ctr=ctr, row_ctr=row_ctr, touched=touched)
         worst = max(1, i64(misc[M_MAX_REPLICAS]))
-        frames_room = out_off.shape[0]
+        frames_room = out_offset.shape[0]
         bytes_room = out_buf.shape[0]
         i = start
         while i < n:
-            length = i64(in_len[i])
+            length = i64(in_length[i])
             if out_n + worst > frames_room or out_used + worst * length > bytes_room:
                 break
             port = i64(in_port[i])
-            src = i64(in_off[i])
+            src = i64(in_offset[i])
             p = out_used  # work on the first copy in place, at the end of the output
             _copy(out_buf, p, in_buf, src, length)
             ina_valid, ipv4_valid, parser_error = _parse(out_buf, p, length, c)
 
-            drop_reason = 0
-            loss = find(hkeys, hvals, slices, T_LOSS, port)
+            drop_reason: int = c.drop.NONE
+            loss = find(t, T_LOSS, port)
             if loss >= 0 and draws[i] < params[loss, 0]:
-                drop_reason = c.loss
+                drop_reason = c.drop.LOSS
             egress_spec = 0
             mcast_grp = 0
             consumed = False
-            if drop_reason == 0:
+            if drop_reason == c.drop.NONE:
                 if parser_error:
-                    drop_reason = c.truncated
+                    drop_reason = c.drop.TRUNCATED
                 elif ina_valid:
                     drop_reason, egress_spec, mcast_grp, consumed = _aggregate(
-                        out_buf,
-                        p,
-                        port,
-                        length,
-                        hkeys,
-                        hvals,
-                        slices,
-                        params,
-                        row_ctr,
-                        cells,
-                        owner,
-                        lanes,
-                        ctr,
-                        c,
+                        out_buf, p, port, length, t, w, c
                     )
                 elif ipv4_valid:
-                    drop_reason, egress_spec = _forward(
-                        out_buf, p, hkeys, hvals, slices, params, plens, misc, c
-                    )
+                    drop_reason, egress_spec = _forward(out_buf, p, t, c)
                 else:
-                    drop_reason = c.not_ipv4
-            if drop_reason != 0 or consumed:
+                    drop_reason = c.drop.NOT_IPV4
+            if drop_reason != c.drop.NONE or consumed:
                 egress_spec = c.drop_port
                 mcast_grp = 0
             _count(ctr, c.rx_at, c.ports_n, port, length)
-            if drop_reason != 0:
+            if drop_reason != c.drop.NONE:
                 _count(ctr, c.drops_at, c.drops_n, drop_reason, length)
 
             # Traffic manager: multicast wins, then the drop port, then unicast.
             if mcast_grp != 0:
-                group = find(hkeys, hvals, slices, T_MCAST, mcast_grp)
+                group = find(t, T_MCAST, mcast_grp)
                 copies = i64(params[group, 1]) if group >= 0 else 0
                 first = i64(params[group, 0]) if group >= 0 else 0
                 for r in range(1, copies):
@@ -764,46 +769,32 @@ def make_kernel(c: Constants) -> Callable[..., KernelResult]:
                 for r in range(copies):
                     at = p + r * length
                     egress_port = i64(mc_ports[first + r])
-                    _egress(
-                        out_buf,
-                        at,
-                        length,
-                        egress_port,
-                        ina_valid,
-                        ipv4_valid,
-                        hkeys,
-                        hvals,
-                        slices,
-                        params,
-                        ctr,
-                        c,
-                    )
-                    out_off[out_n] = at
-                    out_len[out_n] = length
+                    _egress(out_buf, at, length, egress_port, ina_valid, ipv4_valid, t, ctr, c)
+                    out_offset[out_n] = at
+                    out_length[out_n] = length
                     out_port[out_n] = egress_port
                     out_n += 1
                 out_used += copies * length
             elif egress_spec != c.drop_port:
-                _egress(
-                    out_buf,
-                    p,
-                    length,
-                    egress_spec,
-                    ina_valid,
-                    ipv4_valid,
-                    hkeys,
-                    hvals,
-                    slices,
-                    params,
-                    ctr,
-                    c,
-                )
-                out_off[out_n] = p
-                out_len[out_n] = length
+                _egress(out_buf, p, length, egress_spec, ina_valid, ipv4_valid, t, ctr, c)
+                out_offset[out_n] = p
+                out_length[out_n] = length
                 out_port[out_n] = egress_spec
                 out_n += 1
                 out_used += length
             i += 1
-        return i, out_n, out_used, _drain_counts(ctr, row_ctr, touched)
+        return i, out_n, out_used, _drain_counts(w)
 
-    return process_frames
+    check_parameters(
+        process_arrays,
+        (Frames, "in_"),
+        "n",
+        "start",
+        "draws",
+        TableArrays,
+        Work,
+        (Frames, "out_"),
+        "out_n",
+        "out_used",
+    )
+    return BatchKernel(process_arrays)

@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from inaemu.softswitch.fast.kernel import (
     LPM_FORWARD,
@@ -38,25 +37,18 @@ from inaemu.softswitch.fast.kernel import (
     T_LOSS,
     T_LPM,
     T_MCAST,
+    TableArrays,
     fill_hash,
 )
-from inaemu.softswitch.pipeline import Pipeline
-from inaemu.softswitch.state import ActionCall, TableEntry
-
-I64 = npt.NDArray[np.int64]
+from inaemu.softswitch.state import ActionCall, PipelineState, TableEntry
 
 
 @dataclass
 class CompiledTables:
-    hkeys: I64  # every table's hash slots, back to back; -1: free
-    hvals: I64  # the row of the key in the same slot
-    slices: I64  # (N_TABLES, 2): each table's first slot and mask (slots - 1)
-    params: I64  # (rows, PARAMS_WIDTH)
-    mc_ports: I64  # multicast replicas' ports, group after group
-    plens: I64  # the LPM prefix lengths present, longest first
-    misc: I64  # M_LPM_DEFAULT: the row of the LPM default action; M_MAX_REPLICAS
+    arrays: TableArrays  # what the kernel reads
     child_rows: list[tuple[int, TableEntry]]  # ina_child's rows and entries (direct counter)
     loss_ports: list[int]  # ports with an ina_loss entry (their packets draw)
+    max_replicas: int  # copies of a frame at most (the largest group's; 0: no group)
 
 
 class _Builder:
@@ -97,7 +89,7 @@ def _lpm_row(call: ActionCall) -> tuple[int, ...]:
     return (0,)
 
 
-def compile_tables(pipe: Pipeline) -> CompiledTables:
+def compile_tables(pipe: PipelineState) -> CompiledTables:
     """The arrays for `pipe`'s current tables and multicast groups (call under its lock)."""
     b = _Builder()
     for key, e in pipe.ina_loss.entries.items():
@@ -152,7 +144,7 @@ def compile_tables(pipe: Pipeline) -> CompiledTables:
     misc = np.zeros(N_MISC, np.int64)
     misc[M_LPM_DEFAULT] = lpm_default
     misc[M_MAX_REPLICAS] = max_replicas
-    return CompiledTables(
+    arrays = TableArrays(
         hkeys=hkeys,
         hvals=hvals,
         slices=slices,
@@ -160,8 +152,12 @@ def compile_tables(pipe: Pipeline) -> CompiledTables:
         mc_ports=np.array(mc_ports or [0], np.int64),
         plens=np.array(sorted(plens, reverse=True), np.int64),
         misc=misc,
+    )
+    return CompiledTables(
+        arrays=arrays,
         child_rows=child_rows,
         loss_ports=[key[0] for key in pipe.ina_loss.entries if _fits(key, (32,))],
+        max_replicas=max_replicas,
     )
 
 
