@@ -39,7 +39,7 @@ import enum
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +73,26 @@ _INT_KIND = {Opcode.SUM: Kind.INT32_SUM, Opcode.MAX: Kind.INT32_MAX, Opcode.OR: 
 _HEADER = struct.Struct("<HBBIIIQ")
 HEADER_BYTES = _HEADER.size
 FLAG_OVERFLOW = 1  # an int32 SUM message: a bitmap of saturated elements follows the values
+
+
+class Header(NamedTuple):
+    """What every message starts with: which run, operation, step and transfer it is."""
+
+    run: int
+    kind: int
+    flags: int
+    op: int  # the operation's number within the run (mod 2^32)
+    step: int
+    transfer: int  # the transfer's index within the step
+    elements: int  # of the whole array
+
+
+def read_header(msg: bytes | bytearray | memoryview) -> Header:
+    """The header of message `msg` (ValueError if it is shorter than one)."""
+    if len(msg) < HEADER_BYTES:
+        raise ValueError(f"a message of {len(msg)} bytes, no header")
+    return Header(*_HEADER.unpack_from(msg))
+
 _LEN = struct.Struct("<I")  # INCEPTIONN: each chunk's compressed bytes, length-prefixed
 
 
@@ -276,9 +296,10 @@ class ScheduleClient:
                 msg = self.channel.recv(t.src, self.timeout)
                 st.messages_received += 1
                 a, b = bounds[t.lo][0], bounds[t.hi - 1][1]
-                if len(msg) < HEADER_BYTES:
-                    raise self._garbage(t, f"a message of {len(msg)} bytes, no header")
-                got = _HEADER.unpack_from(msg)
+                try:
+                    got = read_header(msg)
+                except ValueError as exc:
+                    raise self._garbage(t, str(exc)) from None
                 want = (self.run, kind, got[2], op & 0xFFFFFFFF, s, i, n)
                 if got != want:
                     raise self._garbage(t, _mismatch(got, want))
@@ -482,7 +503,9 @@ def inceptionn_error_bound(
 
 
 __all__ = [
+    "HEADER_BYTES",
     "SCHEDULE_CODECS",
+    "Header",
     "InceptionnCodec",
     "PlainCodec",
     "ScheduleClient",
@@ -491,4 +514,5 @@ __all__ = [
     "inceptionn_error_bound",
     "inceptionn_quantizations",
     "make_schedule_codec",
+    "read_header",
 ]
