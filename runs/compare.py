@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from inaemu.common import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
+from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.runs import marks
 from inaemu.runs.accounting import (
     Bound,
@@ -185,6 +186,27 @@ def check_results(
     if errors:
         verdict.max_abs_error = max(errors)
     return verdict
+
+
+@dataclass
+class Truth:
+    """What the results of one size are checked against (`compare.check_results`)."""
+
+    size: int
+    sum64: npt.NDArray[np.float64]  # the float64 sum of the inputs
+    abs_sum: npt.NDArray[np.float64]  # the sum of their absolute values
+    exact: npt.NDArray[Any] | None  # `expected_sum`, if an algorithm checks "exact"
+
+
+def truth(codec: str, seed: int, n: int, size: int, *, exact: bool) -> Truth:
+    """The truth of the inputs `hostlib.worker.worker_input(seed, rank, size)` of n workers."""
+    sum64 = np.zeros(size, np.float64)
+    abs_sum = np.zeros(size, np.float64)
+    for rank in range(n):
+        x = worker_input(seed, rank, size, codec=codec).astype(np.float64)
+        sum64 += x
+        abs_sum += np.abs(x)
+    return Truth(size, sum64, abs_sum, expected_sum(seed, n, size, codec=codec) if exact else None)
 
 
 @dataclass

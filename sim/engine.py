@@ -113,6 +113,7 @@ class Simulation:
         self.error: BaseException | None = None
         self.wall_seconds = 0.0
         self.events = 0
+        self.time_ps = 0  # the simulated time when the running handler was called
 
     @property
     def ns(self) -> Any:
@@ -129,9 +130,12 @@ class Simulation:
         """`fn` as a handler C++ may call: an exception is recorded and stops the simulator
         instead of unwinding through ns-3's event loop. Kept referenced."""
 
+        now_ps = self.glue.now_ps
+
         def guarded(*args: Any) -> None:
             if self.error is not None:
                 return
+            self.time_ps = int(now_ps())  # Python runs only in handlers: `now` reads this
             try:
                 fn(*args)
             except BaseException as exc:  # every kind: none may cross into C++
@@ -142,11 +146,13 @@ class Simulation:
         return guarded
 
     def now_ps(self) -> int:
-        return int(self.glue.now_ps())
+        """The simulated time, in picoseconds: the running handler's (Python runs only in
+        handlers, and the clock does not move while one runs)."""
+        return self.time_ps
 
     def now(self) -> float:
-        """Simulated seconds."""
-        return self.now_ps() / PS_PER_S
+        """Simulated seconds (`now_ps`)."""
+        return self.time_ps / PS_PER_S
 
     def ps_at_or_after(self, seconds: float) -> int:
         """The first picosecond, later than now, at which `now()` reads at least `seconds`: a
@@ -161,7 +167,7 @@ class Simulation:
         """Run the events (until `stop_at_ps`, if given); a handler's exception is re-raised."""
         sim = self.ns.Simulator
         if stop_at_ps is not None:
-            sim.Stop(self.ns.PicoSeconds(max(stop_at_ps - self.now_ps(), 0)))
+            sim.Stop(self.ns.PicoSeconds(max(stop_at_ps - int(self.glue.now_ps()), 0)))
         started = time.perf_counter()
         sim.Run()
         self.wall_seconds += time.perf_counter() - started

@@ -62,6 +62,8 @@ struct PortGroup {
     uint64_t frames_in = 0, frames_out = 0, flushes = 0, full_flushes = 0, refused = 0;
     uint64_t oversized = 0;  // frames longer than the arrays hold: dropped and counted
     uint64_t unconnected = 0;  // frames sent to a port with no device: dropped and counted
+    std::vector<uint32_t> lose_next;  // by port: frames still to lose when sent there
+    uint64_t lost = 0;  // frames lost that way (sent, so counted by the sender, never carried)
 
     void Bind(uint8_t* b, uint64_t b_cap, int64_t* o, int32_t* l, int32_t* p, uint64_t c) {
         buf = b; buf_cap = b_cap; off = o; len = l; port = p; cap = c;
@@ -74,6 +76,11 @@ struct PortGroup {
         d->SetReceiveCallback(MakeCallback(&PortGroup::Receive, this));
     }
     uint64_t n() const { return count; }
+    // The next frame sent out of `port` is lost on its cable (a conformance case's `lose`).
+    void Lose(int32_t port) {
+        if ((int32_t)lose_next.size() <= port) lose_next.resize(port + 1);
+        lose_next[port]++;
+    }
     bool Receive(Ptr<NetDevice> d, Ptr<const Packet> p, uint16_t, const Address&) {
         uint32_t size = p->GetSize();
         if (size > buf_cap) { oversized++; return true; }
@@ -112,9 +119,14 @@ struct PortGroup {
                 unconnected++;
                 continue;
             }
+            frames_out++;
+            if (p[i] < (int32_t)lose_next.size() && lose_next[p[i]]) {
+                lose_next[p[i]]--;
+                lost++;
+                continue;
+            }
             Ptr<Packet> packet = Create<Packet>(b + o[i], (uint32_t)l[i]);
             Ptr<NetDevice> d = devices[p[i]];
-            frames_out++;
             if (delay_ps > 0)
                 Simulator::Schedule(PicoSeconds(delay_ps), &PortGroup::SendOne, this, d, packet);
             else

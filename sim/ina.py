@@ -20,7 +20,7 @@ trees, multicast groups, the host rewrite) and installed in process with the rou
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from inaemu.common.wire import FRAME_BYTES, INA_OFFSET, Endpoint, FrameTemplate
 from inaemu.controller.jobs import JobManager, JobRecord, JobSpec, route_plans
 from inaemu.hostlib.client import InaClient, InaError, Steps, _Exchange
 from inaemu.hostlib.codecs import make_codec
+from inaemu.p4.constants import STATE_READY
 from inaemu.sim.engine import SimError, Simulation
 from inaemu.sim.network import SimNetwork
 from inaemu.sim.switches import FrameGroup, SimSwitch
@@ -84,6 +85,7 @@ class InaHost:
         self.done_at: float | None = None  # simulated seconds
         self.timers: Any = None  # glue.TimerMux, entry `rank`
         self.strays = 0  # frames that came while no exchange ran
+        self.failed_in: _Exchange | None = None  # the exchange it failed in
 
     def start(self) -> None:
         self._next(first=True)
@@ -128,6 +130,7 @@ class InaHost:
             self.timers.Arm(self.rank, self.sim.ps_at_or_after(wake))
 
     def _fail(self, exc: BaseException) -> None:
+        self.failed_in = self.exchange
         self.error, self.exchange = exc, None
         self.done_at = self.sim.now()
         self.timers.Disarm(self.rank)
@@ -177,8 +180,10 @@ def simulate_ina(
     inputs: Sequence[npt.NDArray[Any]],
     codec: str,
     settings: InaSettings,
+    on_start: Callable[[list[InaHost]], None] | None = None,
 ) -> InaOutcome:
-    """Every worker all-reduces its input through the switches, from simulated time 0."""
+    """Every worker all-reduces its input through the switches, from simulated time 0
+    (`on_start`: told the hosts before the simulation runs)."""
     topo = net.topo
     record = JobManager(topo).plan_add(
         JobSpec(JOB_ID, tuple(workers), pool_size=settings.window, n_trees=settings.n_trees)
@@ -199,20 +204,25 @@ def simulate_ina(
     for name, plan in record.plans.items():
         switches[name].install(plan)
     hosts = _hosts(sim, net, topo, workers, inputs, codec, settings, len(record.trees))
+
     def start() -> None:
         for host in hosts:
             host.start()
 
     sim.glue.at_ps(0, sim.handler(start))
+    if on_start is not None:
+        on_start(hosts)
     sim.run()
     results: dict[str, npt.NDArray[Any] | None] = {}
     errors: dict[str, str] = {}
     for name, host in zip(workers, hosts, strict=True):
         results[name] = None if host.error is not None else host.result
         if host.error is not None:
-            errors[name] = f"{type(host.error).__name__}: {host.error}"
+            where = _where(host.failed_in, record, switches, settings.window)
+            errors[name] = f"{type(host.error).__name__}: {host.error}{where}"
         elif host.done_at is None:
-            errors[name] = _stuck(host, switches)
+            where = _where(host.exchange, record, switches, settings.window)
+            errors[name] = _stuck(host) + where
     done = {n: h.done_at for n, h in zip(workers, hosts, strict=True) if h.done_at is not None}
     return InaOutcome(
         results=results,
@@ -280,7 +290,7 @@ def _hosts(
     return hosts
 
 
-def _stuck(host: InaHost, switches: dict[str, SimSwitch]) -> str:
+def _stuck(host: InaHost) -> str:
     """Why a host never finished although the events ran out: its missing chunks."""
     ex = host.exchange
     if ex is None:
@@ -290,4 +300,27 @@ def _stuck(host: InaHost, switches: dict[str, SimSwitch]) -> str:
     return (
         f"job {JOB_ID}: the simulation ran out of events with {len(missing)} chunk(s) "
         f"[{shown}] unanswered"
+    )
+
+
+def _where(
+    ex: _Exchange | None, record: JobRecord, switches: dict[str, SimSwitch], window: int
+) -> str:
+    """Where the first chunk `ex` misses stands in its tree's switches: each switch's cell for
+    it, its contributions against its fan-in, and whether it holds the result."""
+    if ex is None or ex.done.all():
+        return ""
+    chunk = int(ex.first + int(np.flatnonzero(~ex.done)[0]))
+    slot, set_ = chunk % window, (chunk // window) % 2
+    tree = slot % len(record.trees)
+    parts = []
+    for name, node in sorted(record.trees[tree].items()):
+        base, _ = record.pools[name]
+        cell = (base + slot) * 2 + set_
+        regs = switches[name].pipeline.registers
+        count, fanin = int(regs.count[cell]), len(node.child_ports)
+        ready = bool(int(regs.state[cell]) & STATE_READY)
+        parts.append(f"{name} {count} of {fanin}" + (" (result held)" if ready else ""))
+    return f"; chunk {chunk} (slot {slot}, set {set_}, tree {tree}) at the switches: " + ", ".join(
+        parts
     )

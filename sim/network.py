@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from inaemu.runs.compare import LinkUse, link_ends
 from inaemu.sim.engine import PS_PER_S, Simulation
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, host_link_capacity
@@ -130,7 +131,7 @@ class SimNetwork:
         self.nodes: dict[str, Any] = {n: container.Get(i) for i, n in enumerate(names)}
         self.ends: dict[tuple[str, int | None], End] = {}
         self.peer: dict[tuple[str, int | None], tuple[str, int | None]] = {}
-        self.rates: dict[Direction, float] = {}
+        self.link_rates: list[float] = []  # bits/s of topo.links[i]
         for link in topo.links:
             rate = spec.rate_bps
             for host, port in ((link.a, link.a_port), (link.b, link.b_port)):
@@ -151,7 +152,7 @@ class SimNetwork:
                 sim.hold(counters)
                 self.ends[key] = End(key[0], key[1], device, counters)
                 self.peer[key] = peer
-                self.rates[(key[0], peer[0])] = rate
+            self.link_rates.append(rate)
             loss = spec.loss_on(link.a, link.b)
             if loss:
                 for i in (0, 1):
@@ -177,30 +178,59 @@ class SimNetwork:
             if node == switch and port is not None
         }
 
-    def direction_bytes(self) -> dict[Direction, int]:
-        """Bytes each link direction carried, as Ethernet frames (ns-3's point-to-point header
-        taken off), by (from node, to node)."""
-        out = {}
-        for key, end in self.ends.items():
-            c = end.counters
-            out[(key[0], self.peer[key][0])] = int(c.tx_bytes) - PPP_HEADER * int(c.tx_packets)
-        return out
+    def link_uses(self) -> list[LinkUse]:
+        """Every link's frames and bytes each way, in `topo.links`' order, as Ethernet frames
+        (ns-3's point-to-point header taken off)."""
+        uses = []
+        for link, rate in zip(self.topo.links, self.link_rates, strict=True):
+            a = self.ends[(link.a, link.a_port)].counters
+            b = self.ends[(link.b, link.b_port)].counters
+            end_a, end_b = link_ends(link)
+            uses.append(
+                LinkUse(
+                    end_a,
+                    end_b,
+                    "",
+                    a_to_b=int(a.tx_bytes) - PPP_HEADER * int(a.tx_packets),
+                    b_to_a=int(b.tx_bytes) - PPP_HEADER * int(b.tx_packets),
+                    a_to_b_packets=int(a.tx_packets),
+                    b_to_a_packets=int(b.tx_packets),
+                    shaping=f"rate {rate / 1e6:g}Mbit",
+                )
+            )
+        return uses
+
+    def bandwidths_mbit(self) -> list[float]:
+        """Each link's rate in Mbit/s, in `topo.links`' order (`runs.compare.make_row`)."""
+        return [rate / 1e6 for rate in self.link_rates]
 
     def direction_packets(self) -> dict[Direction, int]:
-        return {(k[0], self.peer[k][0]): int(e.counters.tx_packets) for k, e in self.ends.items()}
-
-    def queue_drops(self) -> dict[Direction, int]:
-        """Frames each transmit queue dropped (full), by link direction; only non-zero."""
-        out = {}
+        """Frames each link direction carried, by (from node, to node); parallel links between
+        the same two nodes add up."""
+        out: dict[Direction, int] = {}
         for key, end in self.ends.items():
-            if int(end.counters.queue_drops):
-                out[(key[0], self.peer[key][0])] = int(end.counters.queue_drops)
+            d = (key[0], self.peer[key][0])
+            out[d] = out.get(d, 0) + int(end.counters.tx_packets)
         return out
 
-    def lost(self) -> dict[Direction, int]:
-        """Frames the links' loss dropped, by the direction they travelled; only non-zero."""
-        out = {}
-        for key, end in self.ends.items():
-            if int(end.counters.rx_drops):  # dropped on arrival at this end
-                out[(self.peer[key][0], key[0])] = int(end.counters.rx_drops)
-        return out
+    def queue_drops(self) -> dict[str, int]:
+        """Frames each transmit queue dropped (full), by its device (`s1:3`, `h1`); only the
+        non-zero ones."""
+        return {
+            _end_name(key): int(end.counters.queue_drops)
+            for key, end in self.ends.items()
+            if int(end.counters.queue_drops)
+        }
+
+    def lost(self) -> dict[str, int]:
+        """Frames the links' loss dropped, by the device that lost them on arrival; only the
+        non-zero ones."""
+        return {
+            _end_name(key): int(end.counters.rx_drops)
+            for key, end in self.ends.items()
+            if int(end.counters.rx_drops)
+        }
+
+
+def _end_name(key: tuple[str, int | None]) -> str:
+    return key[0] if key[1] is None else f"{key[0]}:{key[1]}"

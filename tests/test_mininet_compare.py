@@ -31,7 +31,7 @@ from inaemu.collectives.algorithms import algorithm as collective
 from inaemu.collectives.check import step_bytes
 from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
-from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of, truth
+from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.report import report_comparison
 from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
@@ -60,6 +60,7 @@ from inaemu.runs.compare import (
     points,
     render_table,
     size_label,
+    truth,
 )
 from inaemu.topology.builders import from_spec, star
 from inaemu.topology.model import Topology

@@ -73,7 +73,7 @@ def test_a_lossy_leaf_spine_recovers_every_chunk(sim: Simulation) -> None:
     out, net, exact = run_ina(sim, "leaf-spine:2x2x2", 8192, LinkSpec(loss=0.02, seed=3))
     assert out.errors == {}
     assert all(r is not None and np.array_equal(r, exact) for r in out.results.values())
-    assert sum(net.lost().values()) > 0
+    assert sum(net.lost().values()) > 0  # on arrival, at the devices named
     assert sum(s["retransmissions"] for s in out.client_stats.values()) > 0
 
 

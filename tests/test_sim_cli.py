@@ -1,0 +1,110 @@
+"""`inaemu sim`: its refusals (one line, exit 2, nothing run), a run end to end through the
+child process (table, summary.json, every result verified, simulated time), its progress
+lines, and its wall-time limit. Skipped without ns-3 where a simulation must run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inaemu.sim.engine import ns3_available
+from inaemu.sim.run import _child_failure, main
+
+NEEDS_NS3 = pytest.mark.skipif(ns3_available() is not None, reason=str(ns3_available()))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sim(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "inaemu.cli", "sim", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--topo", "torus:0x3"], "torus"),
+        (["--rate", "100X"], "link rate '100X'"),
+        (["--rate", "0.5"], "between 1 kbit/s and 10 Tbit/s"),
+        (["--delay", "1 parsec"], "link delay '1 parsec'"),
+        (["--delay", "11s"], "at most 10 s"),
+        (["--queue", "12"], "queue '12'"),
+        (["--queue", "100B"], "one frame"),
+        (["--link-loss", "h1-s9=0.1"], "no link between h1 and s9"),
+        (["--link-loss", "h1s1"], "give A-B=P"),
+        (["--algo", "ina,ina"], "name each algorithm once"),
+        (["--algo", "warp"], "unknown algorithm 'warp'"),
+        (["--codec", "plain"], "ina does not run codec plain"),
+        (["--topo", "star:64", "--size", "256M"], "needs about"),
+    ],
+)
+def test_bad_input_is_one_line(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        status = main(argv)
+        raise SystemExit(status)
+    assert stop.value.code == 2
+    out = capsys.readouterr()
+    text = (out.out + out.err).strip()
+    assert said in text, text
+    assert len(text.splitlines()) <= 2 and "Traceback" not in text  # usage + one line at most
+
+
+@NEEDS_NS3
+def test_a_run_end_to_end(tmp_path: Path) -> None:
+    """Two sizes on a leaf-spine through the child: a table, every run verified with
+    simulated times that grow with the size, summary.json and the plot in the run dir, and
+    nothing written where it ran."""
+    run_dir = tmp_path / "run"
+    proc = sim(
+        "--topo", "leaf-spine:2x2x2", "--sizes", "4K,16K", "--codec", "fixedpoint",
+        "--run-dir", str(run_dir), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "links 100 Gbit/s, 1 us, queue 1000000B, 24 B per frame" in proc.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = summary["rows"]
+    assert [r["size"] for r in rows] == [4096, 16384]
+    assert all(r["verified"] and r["exact"] and r["clock"] == "simulated" for r in rows)
+    assert 0 < rows[0]["seconds"] < rows[1]["seconds"] < 1e-3
+    assert all(r["wall_seconds"] > 0 and r["accounting"]["events"] > 0 for r in rows)
+    assert (run_dir / "completion.png").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@NEEDS_NS3
+def test_progress_lines_and_the_wall_time_limit(tmp_path: Path) -> None:
+    """A run that takes seconds of wall time says how far it is while it runs; with a
+    limit shorter than that it is stopped, and the row says where it stood."""
+    argv = ["--topo", "star:4", "--size", "1M", "--run-dir", str(tmp_path / "r")]
+    proc = sim(*argv, "--progress", "0.2", "--limit", "0.5")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "ina 1,048,576: simulated" in proc.stdout
+    assert "stopped after" in proc.stdout and "(--limit)" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_dead_simulator_is_one_line() -> None:
+    """What the parent says when ns-3 aborted its child: the run, and the assertion's line
+    among the stack trace's."""
+    stderr = "\n".join(
+        [
+            "[runStaticInitializersOnce]: Failed to materialize symbols: {...}",
+            'assert failed. cond="m_protocol", msg="bad protocol", +0.000000000s',
+            "#0 0x7f... in ns3::PointToPointNetDevice::Send",
+        ]
+    )
+    line = _child_failure(-6, stderr, [{"algo": "ina", "size": 1024}])
+    assert line == (
+        "the simulator process ended (status -6) in ina at 1,024: assert failed. "
+        'cond="m_protocol", msg="bad protocol", +0.000000000s'
+    )
