@@ -93,6 +93,7 @@ def read_header(msg: bytes | bytearray | memoryview) -> Header:
         raise ValueError(f"a message of {len(msg)} bytes, no header")
     return Header(*_HEADER.unpack_from(msg))
 
+
 _LEN = struct.Struct("<I")  # INCEPTIONN: each chunk's compressed bytes, length-prefixed
 
 
@@ -140,10 +141,29 @@ class ScheduleStats:
     step_log: list[float] = field(default_factory=list)  # every step of every operation
 
 
+# a rank's part of a schedule: per step, (transfer index, transfer) it sends and receives
+RankPlan = list[tuple[list[tuple[int, Transfer]], list[tuple[int, Transfer]]]]
+
+
+def rank_plans(schedule: Schedule) -> list[RankPlan]:
+    """Every rank's part of `schedule` (validated), in one pass over its transfers: what
+    ranks that are threads of one process share, instead of each validating and scanning
+    the whole schedule (a ring over n ranks has n^2 transfers)."""
+    schedule.validate()
+    plans: list[RankPlan] = [[([], []) for _ in schedule.steps] for _ in range(schedule.n_ranks)]
+    for s, step in enumerate(schedule.steps):
+        for i, t in enumerate(step):
+            plans[t.src][s][0].append((i, t))
+            plans[t.dst][s][1].append((i, t))
+    return plans
+
+
 class ScheduleClient:
     """Rank `rank`'s end of `schedule`, over `channel` (see the module doc). Every wait for a
     message is bounded by `timeout` seconds (`PeerError` naming the peer); `run` (0..65535),
-    as for `InaClient`, tells the messages of successive runs apart."""
+    as for `InaClient`, tells the messages of successive runs apart. `plan`: this rank's
+    `rank_plans(schedule)[rank]`, if the caller made them (else the schedule is validated
+    and scanned here)."""
 
     def __init__(
         self,
@@ -153,8 +173,10 @@ class ScheduleClient:
         *,
         timeout: float = 30.0,
         run: int = 0,
+        plan: RankPlan | None = None,
     ) -> None:
-        schedule.validate()
+        if plan is None:
+            schedule.validate()
         if channel.n_ranks != schedule.n_ranks:
             raise ScheduleError(
                 f"{schedule.algo}: {schedule.n_ranks} ranks, but the channel connects "
@@ -176,13 +198,19 @@ class ScheduleClient:
         self.op = 0  # operations of this run so far
         self.start_run(run)
         # per step: (transfer index, transfer) this rank sends, and those it receives
-        self._plan = [
-            (
-                [(i, t) for i, t in enumerate(step) if t.src == rank],
-                [(i, t) for i, t in enumerate(step) if t.dst == rank],
-            )
-            for step in schedule.steps
-        ]
+        self._plan: RankPlan = (
+            plan
+            if plan is not None
+            else [
+                (
+                    [(i, t) for i, t in enumerate(step) if t.src == rank],
+                    [(i, t) for i, t in enumerate(step) if t.dst == rank],
+                )
+                for step in schedule.steps
+            ]
+        )
+        if len(self._plan) != len(schedule.steps):
+            raise ScheduleError(f"{schedule.algo}: a plan of {len(self._plan)} steps")
 
     @property
     def n_workers(self) -> int:
@@ -508,11 +536,13 @@ __all__ = [
     "Header",
     "InceptionnCodec",
     "PlainCodec",
+    "RankPlan",
     "ScheduleClient",
     "ScheduleCodec",
     "ScheduleStats",
     "inceptionn_error_bound",
     "inceptionn_quantizations",
     "make_schedule_codec",
+    "rank_plans",
     "read_header",
 ]
