@@ -254,6 +254,10 @@ struct TcpMesh {
     void Open() { Simulator::ScheduleNow(&TcpMesh::DoOpen, this); }
 
     void DoOpen() {
+        if (ends.empty()) {  // one rank: nothing to connect
+            if (on_open) on_open();
+            return;
+        }
         for (size_t c = 0; c < accept_ip.size(); c++) {
             TcpEnd* b = ends[2 * c + 1];
             uint32_t id = b->node->GetId();

@@ -276,6 +276,17 @@ def test_a_link_that_loses_everything_ends_in_errors_not_a_hang(sim: Simulation)
 
 
 @needs_ns3
+def test_one_rank_is_done_at_once(sim: Simulation) -> None:
+    topo = from_spec("star:2")
+    net = IpNetwork(sim, topo, LinkSpec(), mtu=1500)
+    sched = schedule_for("ring", topo, ["h2"], "all")
+    x = worker_input(1, 0, 100, codec="int32")
+    out = simulate_schedule(sim, net, sched, [x], "int32", TcpSettings())
+    assert out.verified and out.seconds == 0.0 and out.messages == 0
+    assert out.results["h2"] is not None and np.array_equal(out.results["h2"], x)
+
+
+@needs_ns3
 def test_a_run_past_its_limit_says_where_each_rank_stood(sim: Simulation) -> None:
     """Stopped at 20 us of simulated time, mid-allreduce: every rank says which step it was
     in and how many of its messages had not arrived."""
