@@ -122,6 +122,10 @@ class End:
 class SimNetwork:
     """The nodes and links of `topo` in simulation `sim` (no IP stack: frames only)."""
 
+    # bytes an Ethernet frame has beyond what ns-3's device transmits for it: here ns-3
+    # carries the whole frame and adds its point-to-point header
+    FRAME_EXTRA = -PPP_HEADER
+
     def __init__(self, sim: Simulation, topo: Topology, spec: LinkSpec) -> None:
         self.sim, self.topo, self.spec = sim, topo, spec
         ns, glue = sim.ns, sim.glue
@@ -137,13 +141,7 @@ class SimNetwork:
             for host, port in ((link.a, link.a_port), (link.b, link.b_port)):
                 if port is None:
                     rate = spec.rate_bps * host_link_capacity(topo, host, spec.node_ports)
-            helper = ns.PointToPointHelper()
-            helper.SetDeviceAttribute("DataRate", ns.StringValue(f"{round(rate)}bps"))
-            gap_ps = max(spec.overhead_bytes - PPP_HEADER, 0) * 8 * PS_PER_S / rate
-            helper.SetDeviceAttribute("InterframeGap", ns.TimeValue(ns.PicoSeconds(round(gap_ps))))
-            helper.SetChannelAttribute("Delay", ns.TimeValue(ns.PicoSeconds(spec.delay_ps)))
-            helper.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", ns.StringValue(spec.queue))
-            devices = helper.Install(self.nodes[link.a], self.nodes[link.b])
+            devices = self._link_helper(rate).Install(self.nodes[link.a], self.nodes[link.b])
             a_end, b_end = (link.a, link.a_port), (link.b, link.b_port)
             for i, (key, peer) in enumerate(((a_end, b_end), (b_end, a_end))):
                 device = devices.Get(i)
@@ -157,6 +155,17 @@ class SimNetwork:
             if loss:
                 for i in (0, 1):
                     self._lossy(devices.Get(i), loss, spec.seed * 7919 + len(self.ends) + i)
+
+    def _link_helper(self, rate: float) -> Any:
+        """The point-to-point helper that builds a link of `rate` bits/s."""
+        ns, spec = self.sim.ns, self.spec
+        helper = ns.PointToPointHelper()
+        helper.SetDeviceAttribute("DataRate", ns.StringValue(f"{round(rate)}bps"))
+        gap_ps = max(spec.overhead_bytes + self.FRAME_EXTRA, 0) * 8 * PS_PER_S / rate
+        helper.SetDeviceAttribute("InterframeGap", ns.TimeValue(ns.PicoSeconds(round(gap_ps))))
+        helper.SetChannelAttribute("Delay", ns.TimeValue(ns.PicoSeconds(spec.delay_ps)))
+        helper.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", ns.StringValue(spec.queue))
+        return helper
 
     def _lossy(self, device: Any, rate: float, stream: int) -> None:
         """Frames arriving at `device` are lost with probability `rate`."""
@@ -180,7 +189,7 @@ class SimNetwork:
 
     def link_uses(self) -> list[LinkUse]:
         """Every link's frames and bytes each way, in `topo.links`' order, as Ethernet frames
-        (ns-3's point-to-point header taken off)."""
+        (`FRAME_EXTRA` added to what ns-3 transmitted)."""
         uses = []
         for link, rate in zip(self.topo.links, self.link_rates, strict=True):
             a = self.ends[(link.a, link.a_port)].counters
@@ -191,8 +200,8 @@ class SimNetwork:
                     end_a,
                     end_b,
                     "",
-                    a_to_b=int(a.tx_bytes) - PPP_HEADER * int(a.tx_packets),
-                    b_to_a=int(b.tx_bytes) - PPP_HEADER * int(b.tx_packets),
+                    a_to_b=int(a.tx_bytes) + self.FRAME_EXTRA * int(a.tx_packets),
+                    b_to_a=int(b.tx_bytes) + self.FRAME_EXTRA * int(b.tx_packets),
                     a_to_b_packets=int(a.tx_packets),
                     b_to_a_packets=int(b.tx_packets),
                     shaping=f"rate {rate / 1e6:g}Mbit",
