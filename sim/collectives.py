@@ -46,7 +46,8 @@ import numpy.typing as npt
 
 from inaemu.collectives.ring import ring_steps
 from inaemu.collectives.schedule import Schedule
-from inaemu.hostlib.codecs import warm_up
+from inaemu.common import jit
+from inaemu.hostlib.codecs import loader
 from inaemu.hostlib.collective.executor import (
     ScheduleClient,
     make_schedule_codec,
@@ -157,7 +158,7 @@ def record(schedule: Schedule, inputs: Sequence[npt.NDArray[Any]], codec: str) -
     n = schedule.n_ranks
     if len(inputs) != n:
         raise SimError(f"{schedule.algo}: {len(inputs)} inputs for {n} ranks")
-    warm_up(make_schedule_codec(codec), inputs[0].dtype if n else np.float32)
+    jit.warm_up(loader(make_schedule_codec(codec), inputs[0].dtype if n else np.float32))
     mesh = MemoryMesh(n)
     channels = [RecordingChannel(c) for c in mesh.channels]
     results: list[npt.NDArray[Any] | None] = [None] * n
