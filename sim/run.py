@@ -238,11 +238,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="a host takes the frames of this long at once (interrupt coalescing); 0 (the "
         "default): at every instant, exact",
     )
+    tcp = ap.add_argument_group("host collectives (TCP)")
+    tcp.add_argument(
+        "--mtu", type=int, choices=(1500, 9000), default=1500, help="every link's (1500)"
+    )
+    tcp.add_argument(
+        "--ecmp",
+        action="store_true",
+        help="switches spread flows over every shortest next hop by a hash of their addresses "
+        "and ports (default: the controller's one route per host)",
+    )
     ap.add_argument(
         "--timeout",
         type=arg.SECONDS,
         default=1.0,
-        help="simulated seconds a worker waits without progress before it gives up (1)",
+        help="simulated seconds an INA worker waits without progress before it gives up (1)",
+    )
+    ap.add_argument(
+        "--sim-limit",
+        type=arg.SECONDS,
+        default=60.0,
+        help="simulated seconds a host collective may last at most (60)",
     )
     ap.add_argument(
         "--limit",
@@ -273,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-SIMULATED = ("ina", "ina-1tree")  # the algorithms the simulator runs
+SIMULATED = tuple(algorithms.ALGORITHMS)  # the simulator runs every one (gloo: its ring)
 
 
 def algo_names(text: str) -> list[str]:
@@ -344,6 +360,7 @@ def _tasks(
                     workers=workers,
                     link=link,
                     ina=ina,
+                    tcp={"mtu": args.mtu, "ecmp": args.ecmp, "limit": args.sim_limit},
                     limit=args.limit,
                     progress=args.progress,
                 )
@@ -362,14 +379,20 @@ def _ina_timers(args: argparse.Namespace, topo: Topology) -> tuple[float, float,
     return max(2 * (window + rtt), 1e-6), max(4 * rtt, 1e-6), max(64 * (window + rtt), 1e-3)
 
 
-def _refusals(
+def refused(
     topo: Topology, workers: tuple[str, ...], names: Sequence[str], args: argparse.Namespace
-) -> list[str]:
-    out = []
+) -> dict[str, str]:
+    """Why each of `names` cannot run here (topology, codec), by name; only those that not."""
+    out = {}
     for name in names:
         why = algorithms.algorithm(name).refuse(topo, workers, args.codec, args.node_ports)
         if why:
-            out.append(f"--algo {name}: {why}")
+            out[name] = why
+    return out
+
+
+def _refusals(topo: Topology, args: argparse.Namespace) -> list[str]:
+    out = []
     for a, b, _ in args.link_loss:
         if not any({a, b} == {lk.a, lk.b} for lk in topo.links):
             out.append(f"--link-loss {a}-{b}: no link between {a} and {b} in the topology")
@@ -404,6 +427,7 @@ def row_of(task: dict[str, Any], result: dict[str, Any], workers: Sequence[str])
         problems=result["problems"],
         facts=result["facts"],
         repeat=task["repeat"],
+        steps=result.get("steps"),
         packets=result["packets"],
         retransmissions=result["retransmissions"],
     )
@@ -482,9 +506,15 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         say(f"{PROG}: {exc}")
         return 2
     workers = tuple(topo.hosts)
-    refused = _refusals(topo, workers, names, args)
-    if refused:
-        say(f"{PROG}: " + "; ".join(refused))
+    skipped = refused(topo, workers, names, args)
+    problems = _refusals(topo, args)
+    if args.algo.strip() != "all":  # named ones must all run; all skips what cannot
+        problems = [f"--algo {n}: {why}" for n, why in skipped.items()] + problems
+    names = [n for n in names if n not in skipped]
+    if not names and not problems:
+        problems = ["no algorithm runs here: " + "; ".join(f"{n}: {w}" for n, w in skipped.items())]
+    if problems:
+        say(f"{PROG}: " + "; ".join(problems))
         return 2
     need, have = memory_mib(len(workers), args.sizes), mem_available_mib()
     if args.memory_check and have is not None and need > have:
@@ -506,9 +536,13 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         f"{', '.join(names)} at {', '.join(size_label(s) for s in args.sizes)} elements, "
         f"codec {args.codec}, seed {args.seed}; INA window {args.window}, data plane "
         f"{args.dataplane}, switch latency {args.switch_latency / 1e6:g} us, host poll "
-        f"{args.host_poll / 1e6:g} us"
+        f"{args.host_poll / 1e6:g} us; TCP MTU {args.mtu}"
+        + (", ECMP" if args.ecmp else ", the controller's routes")
     )
     rows, failure = _run_child(tasks, workers, say)
+    rows += [
+        Row.skip(n, size, args.codec, why) for size in args.sizes for n, why in skipped.items()
+    ]
     if rows:
         for line in render_table(rows, TABLE):
             say(line)
@@ -523,7 +557,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     if failure:
         say(f"{PROG}: {failure}")
         return 1
-    failed = [r for r in rows if not r.verified]
+    failed = [r for r in rows if not r.verified and not r.skipped]
     for r in failed:
         say(f"FAILED {r.algo} {r.size:,} (run {r.repeat}): {'; '.join(r.problems)[:500]}")
     return 1 if failed else 0
@@ -611,6 +645,7 @@ def _write(
             "link_loss": args.link_loss,
             "node_ports": args.node_ports,
         },
+        "tcp": {"mtu": args.mtu, "ecmp": args.ecmp},
         "ina": {
             "window": args.window,
             "dataplane": args.dataplane,

@@ -42,6 +42,8 @@ def sim(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         (["--link-loss", "h1s1"], "give A-B=P"),
         (["--algo", "ina,ina"], "name each algorithm once"),
         (["--algo", "warp"], "unknown algorithm 'warp'"),
+        (["--algo", "hdrm"], "hdrm does not run on a star topology"),
+        (["--mtu", "4000"], "invalid choice"),
         (["--codec", "plain"], "ina does not run codec plain"),
         (["--topo", "star:64", "--size", "256M"], "needs about"),
     ],
@@ -79,6 +81,22 @@ def test_a_run_end_to_end(tmp_path: Path) -> None:
     assert all(r["wall_seconds"] > 0 and r["accounting"]["events"] > 0 for r in rows)
     assert (run_dir / "completion.png").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@NEEDS_NS3
+def test_every_algorithm_on_one_network(tmp_path: Path) -> None:
+    """`--algo all` on a torus: INA over the switches, every host collective over TCP, gloo's
+    ring; HDRM (BiGraph only) skipped and said why; every other one verified, and MultiTree
+    (its trees use every link) ahead of the ring."""
+    proc = sim("--topo", "torus:3x3", "--algo", "all", "--size", "16K", "--run-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["algo"]: r for r in json.loads((tmp_path / "summary.json").read_text())["rows"]}
+    assert set(rows) == {"ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "gloo"}
+    assert "bigraph" in rows["hdrm"]["skipped"]
+    ran = [r for r in rows.values() if not r["skipped"]]
+    assert all(r["verified"] and r["exact"] for r in ran)
+    assert rows["multitree"]["seconds"] < rows["ring"]["seconds"]
+    assert rows["ring"]["steps"] == 16 and rows["ring"]["retransmissions"] == 0
 
 
 @NEEDS_NS3
