@@ -1,5 +1,5 @@
-"""`inaemu demo --algo ina,ring,hd,hdrm,multitree,ps|all`: in-network aggregation and the host
-collectives on the same embedded network, one after the other, no root needed.
+"""`inaemu demo --algo ina,ring,hd,hdrm,multitree,ps,ring2d,dtree|all`: in-network aggregation
+and the host collectives on the same embedded network, one after the other, no root needed.
 
     inaemu demo --topo leaf-spine:2x2x2 --algo all
     inaemu demo --topo bigraph:2x4 --algo ina,hd,hdrm --size 100000
@@ -20,10 +20,10 @@ collectives on the same embedded network, one after the other, no root needed.
    every link (from the switches' port counters: the frames as they crossed, with headers,
    acknowledgements and retransmissions), the busiest link, the error.
 
-An algorithm that does not run on the topology (hdrm needs a BiGraph) is listed as skipped,
-with the reason. Embedded links have no bandwidth limit: the times measure how much work the
-processes do on this machine's cores, not a network's speed (the output says so); Mininet
-with `--bw` (bench/bench_collectives.py) measures under bandwidth.
+An algorithm that does not run on the topology (hdrm needs a BiGraph, ring2d a torus or mesh)
+is listed as skipped, with the reason. Embedded links have no bandwidth limit: the times
+measure how much work the processes do on this machine's cores, not a network's speed (the
+output says so); Mininet with `--bw` (bench/bench_collectives.py) measures under bandwidth.
 
 With `--sizes` every algorithm runs at each size, with `--repeat N` N times (the table shows
 the median and the range); each run's bottleneck accounting (`runs.accounting`: CPU of

@@ -21,7 +21,7 @@ turns every expected failure into one line, `inaemu CMD: ...`, and a non-zero ex
     inaemu routes     -t topology.json
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
-    inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
+    inaemu schedule --topo torus:4x4|FILE [--algo ring|ring2d|multitree|...|all] [-o s.json]
     inaemu sim --topo torus:8x8 --algo ina [--size 256K] [--rate 100G] ...
     inaemu train [--backend all] [--workers 4] [--topo ...] [--mininet] SCRIPT [SCRIPT ARGS]
     inaemu train --example FILE        # writes the example training script (train_ddp.py)
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--algo",
         help="compare on the same network, one after the other: ina,ring,hd,hdrm,multitree,"
-        "ps (a list) or all, each host collective in its own rank order; every result "
+        "ps,ring2d,dtree (a list) or all, each host collective in its own rank order; every result "
         "verified, one table (cli/compare.py)",
     )
     d.add_argument(
@@ -304,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "schedule",
-        help="host-collective schedules (ring, hd, hdrm, multitree) on a topology, checked "
+        help="host-collective schedules (ring, hd, hdrm, multitree, ps, ring2d, dtree) on a "
+        "topology, checked "
         "and measured (see inaemu schedule -h)",
         add_help=False,
     ).set_defaults(func=None)

@@ -1,8 +1,9 @@
 """`inaemu schedule`: host-collective schedules on a topology, checked and measured.
 
-    inaemu schedule --topo SPEC|FILE [--topo ...] [--algo ring|hd|hdrm|multitree|ps|all]
-                    [--size BYTES] [--workers h1,h2,...] [--node-ports all|1]
-                    [--bw MBIT] [--alpha US] [-o schedule.json]
+    inaemu schedule --topo SPEC|FILE [--topo ...]
+                    [--algo ring|hd|hdrm|multitree|ps|ring2d|dtree|all] [--size BYTES]
+                    [--workers h1,h2,...] [--node-ports all|1] [--bw MBIT] [--alpha US]
+                    [-o schedule.json]
 
 Prints the checker's table (`check.py`), one row per algorithm and topology; with `--algo
 all`, the algorithms that do not run on a topology are listed under it with the reason.

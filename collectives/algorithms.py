@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from inaemu.collectives import halving_doubling, hdrm, multitree, ps, ring
+from inaemu.collectives import dtree, halving_doubling, hdrm, multitree, ps, ring, ring2d
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, check_node_ports
@@ -141,6 +141,24 @@ ALGORITHMS: dict[str, Algorithm] = {
             ps.order,
             _EVERY,
             frozenset(),
+        ),
+        Algorithm(
+            "ring2d",
+            "2D ring: rings along the rows, then the columns, of a torus or mesh (MULTITREE's "
+            "2D-RING baseline)",
+            ring2d.schedule,
+            ring2d.order,
+            frozenset({"torus", "mesh"}),
+            frozenset({"torus", "mesh"}),
+        ),
+        Algorithm(
+            "dtree",
+            "double binary tree, NCCL's: two trees, half the array each, pipelined in chunks "
+            "(MULTITREE's DBTREE baseline)",
+            dtree.schedule,
+            dtree.order,
+            _EVERY,
+            frozenset({"star"}),
         ),
     )
 }

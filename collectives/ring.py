@@ -13,15 +13,13 @@ the ring crosses from switch to switch over direct links only, each link once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from inaemu.collectives.ranks import host_order, own_order, worker_hosts
 from inaemu.collectives.schedule import Op, Schedule, Step, Transfer
+from inaemu.topology.builders import grid_cell
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, DIRECT_ROLES
-
-_GRID_NAME = re.compile(r"^s(\d+)_(\d+)$")
 
 
 def ring_steps(n: int) -> tuple[Step, ...]:
@@ -48,10 +46,10 @@ def snake_order(topo: Topology) -> list[str] | None:
     cells: dict[tuple[int, int], str] = {}
     for host in topo.hosts:
         sw = topo.host_attachment(host)[0]
-        m = _GRID_NAME.match(sw)
-        if m is None or topo.switches[sw].role not in DIRECT_ROLES:
+        cell = grid_cell(sw)
+        if cell is None or topo.switches[sw].role not in DIRECT_ROLES:
             return None
-        cells[(int(m[1]), int(m[2]))] = host
+        cells[cell] = host
     order = []
     for i, row in enumerate(sorted({r for r, _ in cells})):
         cols = sorted(c for r, c in cells if r == row)

@@ -40,7 +40,7 @@ class LaunchError(RuntimeError):
 @dataclass(frozen=True)
 class Backend:
     name: str  # as given: gloo, ina-fixedpoint, ring-inceptionn, ...
-    kind: str  # gloo, ina, or a host collective's algorithm (ring, hd, hdrm, multitree)
+    kind: str  # gloo, ina, or a host collective's algorithm (ring, hd, ...)
     codec: str  # "" for gloo
 
     @property

@@ -250,6 +250,16 @@ class ParameterServer(Collective):
 
 
 @register
+class Ring2d(Collective):
+    name = "ring2d"
+
+
+@register
+class DoubleTree(Collective):
+    name = "dtree"
+
+
+@register
 class Gloo(Algorithm):
     """PyTorch's `torch.distributed.all_reduce` with the gloo backend between the worker hosts
     (`python -m inaemu.mininet.gloo_worker`): TCP through the switches' IPv4 routes, rank 0's

@@ -6,7 +6,8 @@ and why one cannot run somewhere. Mininet's runner (`mininet/algos.py`) and the 
 
 - `ina`, `ina-1tree`: in-network aggregation, over the trees the controller chooses (one per
   root candidate, e.g. per spine), or over one;
-- `ring`, `hd`, `hdrm`, `multitree`, `ps`: the host collectives of `inaemu.collectives`;
+- `ring`, `hd`, `hdrm`, `multitree`, `ps`, `ring2d`, `dtree`: the host collectives of
+  `inaemu.collectives`;
 - `gloo`: PyTorch's gloo allreduce (on Mininet, the real one; in the simulator, the ring it
   runs between the hosts).
 """
@@ -147,6 +148,20 @@ ALGORITHMS: dict[str, Algorithm] = {
             "collective",
             _COLLECTIVE_CHECKS,
             collective="ps",
+        ),
+        Algorithm(
+            "ring2d",
+            "2D ring: rings along the rows, then the columns (torus and mesh only), over TCP",
+            "collective",
+            _COLLECTIVE_CHECKS,
+            collective="ring2d",
+        ),
+        Algorithm(
+            "dtree",
+            "double binary tree (NCCL's): two trees, half the array each, pipelined, over TCP",
+            "collective",
+            _COLLECTIVE_CHECKS,
+            collective="dtree",
         ),
         Algorithm(
             "gloo",

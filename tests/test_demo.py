@@ -188,12 +188,14 @@ def test_compare_on_a_star_runs_every_algorithm(tmp_path: Path) -> None:
     assert "star:4: 1 switches (1 root), 4 workers x 20,000 float32, codec fixedpoint" in out
     assert "embedded links have no bandwidth limit" in out
     rows = _rows(out)
-    assert list(rows) == ["ina", "ring", "hd", "hdrm", "multitree", "ps"]
-    for algo in ("ina", "ring", "hd", "multitree", "ps"):
+    assert list(rows) == ["ina", "ring", "hd", "hdrm", "multitree", "ps", "ring2d", "dtree"]
+    for algo in ("ina", "ring", "hd", "multitree", "ps", "dtree"):
         assert rows[algo].endswith("bit-exact, within bound"), rows[algo]
     assert "skipped: hdrm does not run on a star topology" in rows["hdrm"]
+    assert "skipped: ring2d does not run on a star topology" in rows["ring2d"]
     assert rows["ring"].split()[1:3] == ["20,000", "6"]  # size, 2 (N - 1) steps
     assert rows["ps"].split()[2] == "2"  # push, pull
+    assert rows["dtree"].split()[2] == "12"  # 2 chunks a tree: 6 steps up, 6 down
     assert f"run dir: {tmp_path} (summary.json, logs/)" in out
 
 

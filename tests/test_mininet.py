@@ -114,7 +114,8 @@ def test_link_options_become_tclink_parameters() -> None:
 
 
 def test_algorithm_registry() -> None:
-    assert {"ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "gloo"} <= set(ALGORITHMS)
+    names = {"ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "ring2d", "dtree"}
+    assert names | {"gloo"} <= set(ALGORITHMS)
     assert getattr(algorithm("ina"), "trees", None) == 0
     assert getattr(algorithm("ina-1tree"), "trees", None) == 1
     with pytest.raises(ValueError, match=r"unknown algorithm 'rings'.*ina, ina-1tree"):

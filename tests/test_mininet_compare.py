@@ -75,7 +75,7 @@ STAR4 = ("h1", "h2", "h3", "h4")
 
 def test_every_algorithm_says_what_it_runs() -> None:
     assert list(ALGORITHMS) == [
-        "ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "gloo"
+        "ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "ring2d", "dtree", "gloo"
     ]  # fmt: skip
     for name, cls in ALGORITHMS.items():
         algo = algorithm(name)
@@ -207,8 +207,9 @@ def test_algorithm_lists() -> None:
             algo_names(bad)
     topo = from_spec("star:4")
     chosen, skipped = choose("all", topo, STAR4, "int32")
-    assert [a.name for a in chosen] == [n for n in ALGORITHMS if n != "hdrm"]
+    assert [a.name for a in chosen] == [n for n in ALGORITHMS if n not in ("hdrm", "ring2d")]
     assert "supports bigraph" in skipped["hdrm"]
+    assert "supports torus, mesh" in skipped["ring2d"]
     with pytest.raises(ValueError, match=r"--algo hdrm: hdrm does not run on a star"):
         choose("ina,hdrm", topo, STAR4, "int32")
     with pytest.raises(ValueError, match="no algorithm runs here"):
@@ -651,7 +652,7 @@ def test_every_algorithm_on_a_star_of_four(tmp_path: Path) -> None:
                    "--bw", "100", timeout=150)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run / "summary.json").read_text())
-    expected = [n for n in ALGORITHMS if n != "hdrm"]
+    expected = [n for n in ALGORITHMS if n not in ("hdrm", "ring2d")]
     assert summary["algos"] == expected and summary["verified"] is True
     assert "supports bigraph" in summary["skipped"]["hdrm"]
     assert "skipped hdrm: hdrm does not run on a star topology" in proc.stdout

@@ -1,6 +1,7 @@
 """Host-collective schedules (ring, halving-doubling, HDRM, MultiTree, the worker-aggregator
-baseline), their checker, the routes and node models they are measured on, the alpha-beta
-prediction, and `inaemu schedule`."""
+baseline, the 2D ring, the double binary tree), their checker, the routes and node models they
+are measured on, the alpha-beta prediction, the authors' simulator's step counts, and `inaemu
+schedule`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 
 from inaemu.cli import main as controller_cli
 from inaemu.cli import schedule as schedule_cli
-from inaemu.collectives import hdrm, multitree, ps, ring
+from inaemu.collectives import dtree, hdrm, multitree, ps, ring, ring2d
 from inaemu.collectives.algorithms import ALGORITHMS, algorithm, topology_kind
 from inaemu.collectives.check import (
     LinkModel,
@@ -73,6 +75,8 @@ def built(name: str, spec: str) -> Schedule:
 
 
 def supported(name: str, spec: str) -> bool:
+    if name == "ring2d":
+        return spec.startswith(("torus:", "mesh:"))
     if name == "hdrm":
         m, n = (int(x) for x in spec.partition(":")[2].split("x")) if "bigraph" in spec else (0, 0)
         return (m, n) in HDRM_SHAPES
@@ -290,6 +294,245 @@ def test_hdrm_removes_the_contention_of_plain_halving_doubling() -> None:
     assert plain.steps == mapped.steps and plain.max_flows > 1 and mapped.max_flows == 1
 
 
+# ---------------------------------------------------------------------- the 2D ring
+
+
+GRIDS = st.tuples(st.integers(1, 6), st.integers(1, 6), st.booleans()).filter(
+    lambda g: not (g[2] and 2 in g[:2])  # a torus has no dimension of 2
+)
+
+
+@SETTINGS
+@given(GRIDS, st.sampled_from(["all", "1"]))
+def test_ring2d_all_reduces_contention_free_on_any_torus_or_mesh(
+    grid: tuple[int, int, bool], ports: str
+) -> None:
+    rows, cols, wrap = grid
+    topo = torus(rows, cols) if wrap else mesh(rows, cols)
+    routes = FlowRoutes(topo, ports)
+    sched = ALGORITHMS["ring2d"].schedule(topo, node_ports=ports)
+    n = rows * cols
+    size = n * sched.n_chunks * 16  # every chunk the same size: exact bytes below
+    m = check(sched, topo, size, promised=True, routes=routes)
+    assert m.max_flows <= 1
+    # every node sends 2 (n - 1) / n of the array, the least an all-reduce can
+    assert m.sent_max == m.sent_mean == 2 * (n - 1) * size // n
+    dims = [d for d in (cols, rows) if d > 1]
+    if ports == "1":  # one stream: reduce-scatter rows, columns; all-gather columns, rows
+        assert m.steps == 2 * (rows - 1) + 2 * (cols - 1) and sched.n_chunks == n
+    else:  # streams in both dimension orders (and on a torus both ways), phases aligned
+        longest = max([rows, cols]) - 1
+        assert m.steps == (4 * longest if len(dims) == 2 else 2 * longest)
+        ways = 1 if not dims else (2 if wrap and min(dims) >= 3 else 1)
+        assert sched.n_chunks == max(1, len(dims) * ways * n)
+    for _, t in sched.transfers():  # within a row or column, along it
+        (r1, c1), (r2, c2) = divmod(t.src, cols), divmod(t.dst, cols)
+        assert r1 == r2 or c1 == c2
+        assert routes.hops(sched.hosts[t.src], sched.hosts[t.dst]) <= (1 if wrap else 2)
+
+
+def test_ring2d_on_a_torus_drives_the_four_links_of_every_node() -> None:
+    # torus:4x4, all ports: every step every node sends one flow on each of its 4 links
+    topo = topo_of("torus:4x4")
+    sched = built("ring2d", "torus:4x4")
+    routes = FlowRoutes(topo)
+    for step in sched.steps:
+        out = Counter(t.src for t in step)
+        assert set(out.values()) == {4}
+        for r in range(16):
+            hosts = [(sched.hosts[t.src], sched.hosts[t.dst]) for t in step if t.src == r]
+            links = {routes.contended_links(a, b) for a, b in hosts}
+            assert len(links) == 4 and all(len(lk) == 1 for lk in links)
+
+
+def _not_quite_a_grid(what: str) -> Topology:
+    """A torus or mesh with one thing wrong."""
+    if what == "link":
+        topo = torus(3, 3)
+        topo.links = [lk for lk in topo.links if {lk.a, lk.b} != {"s1_1", "s1_2"}]
+    elif what == "extra link":
+        topo = mesh(3, 3)
+        topo.link("s1_1", "s3_3")
+    elif what == "name":
+        text = json.dumps(torus(3, 3).to_json()).replace('"s3_3', '"core')
+        topo = Topology.from_json(json.loads(text))
+    else:
+        topo = mesh(2, 3)
+        topo.add_host("h7", "10.0.0.7/16", "08:00:00:00:00:06")
+        topo.link("h7", "s1_1")
+    return topo
+
+
+@pytest.mark.parametrize(
+    ("what", "message"),
+    [
+        ("star:4", "ring2d runs on a torus or mesh"),
+        ("bigraph:2x4", "ring2d runs on a torus or mesh"),
+        ("link", "links of a 3x3 torus as torus:3x3 builds them; s1_1-s1_2 is missing"),
+        ("extra link", "links of a 3x3 mesh as mesh:3x3 builds them; s1_1-s3_3 is not one"),
+        ("name", r"every switch s<row>_<col> of a 3x3 grid and no other \(core is not one\)"),
+        ("host", "one host on every switch of the grid; s1_1 has 2"),
+    ],
+)
+def test_ring2d_refuses_what_is_not_a_grid_with_the_reason(what: str, message: str) -> None:
+    topo = from_spec(what) if ":" in what else _not_quite_a_grid(what)
+    with pytest.raises(ScheduleError, match=message):
+        ring2d.schedule(topo)
+
+
+def test_ring2d_runs_on_every_host_only() -> None:
+    topo = topo_of("torus:3x3")
+    with pytest.raises(ScheduleError, match="every host of the torus or mesh"):
+        ALGORITHMS["ring2d"].schedule_among(topo, ["h1", "h2", "h3"])
+    everyone = list(reversed(topo.hosts))
+    assert ALGORITHMS["ring2d"].schedule_among(topo, everyone) == built("ring2d", "torus:3x3")
+    assert ring2d.order(topo, ["h5", "h1"]) == ["h1", "h5"]  # the grid row by row
+
+
+# ---------------------------------------------------------------------- the double binary tree
+
+
+@SETTINGS
+@given(st.integers(1, 70))
+def test_dtree_all_reduces_any_number_of_ranks_one_send_one_receive_per_step(n: int) -> None:
+    chunks, steps = dtree.dtree_steps(n)
+    sched = Schedule("dtree", tuple(f"h{i}" for i in range(n)), chunks, steps)
+    simulate(sched)
+    assert chunks == 2 * max(1, n // 2)
+    for step in steps:  # what makes it contention-free on a star
+        assert max(Counter(t.src for t in step).values()) == 1
+        assert max(Counter(t.dst for t in step).values()) == 1
+    tree0, tree1 = dtree.double_tree(n)
+    for i, step in enumerate(steps):  # chunks of the first half travel tree 0, the rest tree 1
+        for t in step:
+            tree = tree0 if t.lo < chunks // 2 else tree1
+            child, parent = (t.src, t.dst) if t.op is Op.REDUCE else (t.dst, t.src)
+            assert tree[child] == parent, (i, t)
+    if n % 2 == 0:  # NCCL's mirror: every rank a leaf in one tree, an inner node of the other
+        inner = [{p for p in tree if p >= 0} for tree in (tree0, tree1)]
+        assert inner == [set(range(0, n, 2)), set(range(1, n, 2))]
+
+
+def test_dtree_builds_nccl_s_trees() -> None:
+    # NCCL's own picture of its binary tree over 14 ranks (src/graph/trees.cc):
+    #   0---------------8
+    #            ______/ \______
+    #           4               12
+    #         /   \            /  \
+    #       2       6       10     \
+    #      / \     / \     /  \     \
+    #     1   3   5   7   9   11    13
+    tree0, tree1 = dtree.double_tree(14)
+    assert tree0 == (-1, 2, 4, 2, 8, 6, 4, 6, 0, 10, 12, 10, 8, 12)
+    assert tree1 == tuple(-1 if p < 0 else 13 - p for p in reversed(tree0))  # mirrored
+    # an odd count: the second tree is the first shifted by one rank
+    tree0, tree1 = dtree.double_tree(7)
+    assert tree0 == (-1, 2, 4, 2, 0, 6, 4)
+    assert tree1 == (5, -1, 3, 5, 3, 1, 0)  # rank r plays rank r - 1 of tree 0
+
+
+@pytest.mark.parametrize("spec", ["star:2", "star:5", "star:8", "star:16"])
+def test_dtree_is_contention_free_on_a_star(spec: str) -> None:
+    topo = topo_of(spec) if spec in SPECS else from_spec(spec)
+    m = check(algorithm("dtree").schedule(topo), topo, SIZE, promised=True)
+    assert m.max_flows == 1
+
+
+# ---------------------------------------------------------------------- the authors' simulator
+#
+# MULTITREE's authors' simulator (github.com/farabimahmud/accelerator, src/allreduce/), its
+# ring, 2D ring and double binary tree on the node counts of their experiments (16 and 64
+# nodes, 256 for weak scaling; tori of d x d nodes), read off their schedules (the steps of
+# reduce_scatter_schedule less its closing entry, and of all_gather_schedule; the bytes as
+# the data copies each node sends, a copy being 1/n of the array): steps, and the most and
+# the mean of the array a node sends.
+AUTHORS = {
+    ("ring", 16): (30, 30 / 16, 30 / 16),
+    ("ring", 64): (126, 126 / 64, 126 / 64),
+    ("ring", 256): (510, 510 / 256, 510 / 256),
+    # 4 flows per node and step, 1/(4d) of the array each, d - 1 steps each way
+    ("ring2d", 16): (6, 1.5, 1.5),
+    ("ring2d", 64): (14, 1.75, 1.75),
+    ("ring2d", 256): (30, 1.875, 1.875),
+    # n/2 chunks per tree, pipelined two steps apart, 2 ceil(log2 n) stages each way
+    ("dtree", 4): (12, 2.0, 1.5),
+    ("dtree", 8): (24, 2.0, 1.75),
+    ("dtree", 16): (44, 2.0, 30 / 16),
+    ("dtree", 32): (80, 2.0, 62 / 32),
+    ("dtree", 64): (148, 2.0, 126 / 64),
+    ("dtree", 128): (280, 2.0, 254 / 128),
+    ("dtree", 256): (540, 2.0, 510 / 256),
+}
+
+
+def _ours(name: str, n: int) -> tuple[int, float, float]:
+    """Our schedule's steps and the most and mean of the array a node sends (square tori for
+    the ring and the 2D ring, the ranks alone for the tree)."""
+    if name == "dtree":
+        chunks, steps = dtree.dtree_steps(n)
+        sched = Schedule(name, tuple(f"h{i}" for i in range(n)), chunks, steps)
+    else:
+        d = int(n**0.5)
+        sched = algorithm(name).schedule(torus(d, d))
+    sent = Counter[int]()
+    for _, t in sched.transfers():
+        sent[t.src] += t.hi - t.lo
+    per = [sent[r] / sched.n_chunks for r in range(n)]
+    return len(sched.steps), max(per), sum(per) / n
+
+
+@pytest.mark.parametrize(("name", "n"), list(AUTHORS))
+def test_steps_and_bytes_against_the_authors_simulator(name: str, n: int) -> None:
+    theirs = AUTHORS[(name, n)]
+    steps, most, mean = _ours(name, n)
+    if name == "ring":  # the same ring
+        assert (steps, most, mean) == pytest.approx(theirs)
+    elif name == "dtree":
+        # the same trees, chunks and bytes; our pipeline starts every edge at the first step
+        # of its colour after its children, theirs spends two stages on every level of the
+        # tree and one on its root: as many steps at 4, 16, 64 and 256 nodes, 2 fewer at 8,
+        # 32 and 128 (and never more at any n their code runs, a multiple of 4, up to 256)
+        assert (most, mean) == pytest.approx(theirs[1:])
+        assert steps == theirs[0] - (0 if n in (4, 16, 64, 256) else 2)
+    else:
+        # theirs is our phases 1 and 4 (the rows' and columns' rings of the four streams),
+        # without 2 and 3 (the second dimension's): half our steps, and 2 (d - 1) / d of the
+        # array per node instead of an all-reduce's 2 (n - 1) / n
+        d = int(n**0.5)
+        assert steps == 2 * theirs[0] == 4 * (d - 1)
+        assert most == mean == pytest.approx(2 * (n - 1) / n)
+        assert theirs[1] == pytest.approx(2 * (d - 1) / d)
+        assert mean - theirs[2] == pytest.approx(2 * (d - 1) / n)  # phases 2 and 3
+
+
+def test_ring2d_phases_1_and_4_are_the_authors_flows() -> None:
+    # on a d x d torus their 2D ring is 4n flows, every node the root of one per direction,
+    # each a chain of d - 1 steps along its row or column carrying 1/(4d) of the array:
+    # our first d - 1 steps (and our last d - 1, the same flows gathering)
+    d = 4
+    topo = torus(d, d)
+    sched = ring2d.schedule(topo)
+    routes = FlowRoutes(topo)
+    for step in (*sched.steps[: d - 1], *sched.steps[-(d - 1) :]):
+        assert len(step) == 4 * d * d
+        for t in step:
+            assert (t.hi - t.lo) / sched.n_chunks == 1 / (4 * d)
+            assert routes.hops(sched.hosts[t.src], sched.hosts[t.dst]) == 1
+        assert {(t.src, t.dst) for t in step} == {
+            (r, n) for r in range(d * d) for n in _neighbours(r, d)
+        }
+
+
+def _neighbours(r: int, d: int) -> set[int]:
+    row, col = divmod(r, d)
+    return {
+        row * d + (col + 1) % d,
+        row * d + (col - 1) % d,
+        ((row + 1) % d) * d + col,
+        ((row - 1) % d) * d + col,
+    }
+
+
 # ---------------------------------------------------------------------- the checker
 
 
@@ -494,7 +737,7 @@ def test_the_alpha_beta_prediction() -> None:
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_json_round_trip(name: str, tmp_path: Path) -> None:
-    sched = built(name, "bigraph:2x4")
+    sched = built(name, "torus:3x3" if name == "ring2d" else "bigraph:2x4")
     assert Schedule.from_json(json.loads(json.dumps(sched.to_json()))) == sched
     sched.save(tmp_path / "s.json")
     assert Schedule.load(tmp_path / "s.json") == sched
@@ -506,7 +749,8 @@ def test_cli_prints_the_table_and_writes_a_schedule(
     assert controller_cli.main(["schedule", "--topo", "bigraph:2x4", "--size", "1000"]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines() if line.split()[0] in ALGORITHMS}
-    assert set(rows) == {"ring", "hd", "hdrm", "multitree", "ps"}
+    assert set(rows) == {"ring", "hd", "hdrm", "multitree", "ps", "dtree"}
+    assert "bigraph:2x4: ring2d does not run on a bigraph topology; it supports torus, mesh" in out
     assert rows["hdrm"].endswith("yes (promised)") and rows["hd"].endswith("no")
     target = tmp_path / "s.json"
     code = schedule_cli.main(
@@ -535,6 +779,7 @@ def test_cli_prints_the_table_and_writes_a_schedule(
     assert schedule_cli.main(["--topo", "torus:3x3"]) == 0
     out = capsys.readouterr().out
     assert "not run:\n  torus:3x3: hdrm does not run on a torus" in out
+    assert "ring2d" in {line.split()[0] for line in out.splitlines() if line}
     assert "torus and mesh nodes: all network ports at once" in out
     args = ["--topo", "torus:3x3", "--algo", "multitree", "--size", "9000000", "--bw", "8"]
     assert schedule_cli.main([*args, "--alpha", "0", "--node-ports", "1"]) == 0
@@ -558,6 +803,8 @@ def test_cli_prints_the_table_and_writes_a_schedule(
         (["--topo", "star:4", "--workers", "h1,h9"], "unknown worker 'h9'"),
         (["--topo", "star:4", "--workers", "h1,h1"], "named twice"),
         (["--topo", "mesh:3x3", "--algo", "multitree", "--workers", "h1,h9"], "not linked"),
+        (["--topo", "star:4", "--algo", "ring2d"], "ring2d does not run on a star topology"),
+        (["--topo", "torus:3x3", "--algo", "ring2d", "--workers", "h1,h2"], "every host"),
     ],
 )
 def test_cli_errors_are_one_line_and_exit_2(

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from inaemu.collectives.algorithms import algorithm
 from inaemu.sim.engine import ns3_available
 from inaemu.sim.run import _child_failure, main
+from inaemu.topology.builders import from_spec
 
 NEEDS_NS3 = pytest.mark.skipif(ns3_available() is not None, reason=str(ns3_available()))
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,15 +89,19 @@ def test_a_run_end_to_end(tmp_path: Path) -> None:
 def test_every_algorithm_on_one_network(tmp_path: Path) -> None:
     """`--algo all` on a torus: INA over the switches, every host collective over TCP, gloo's
     ring; HDRM (BiGraph only) skipped and said why; every other one verified, and MultiTree
-    (its trees use every link) ahead of the ring."""
+    and the 2D ring (both use every link of a node) ahead of the ring."""
     proc = sim("--topo", "torus:3x3", "--algo", "all", "--size", "16K", "--run-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["algo"]: r for r in json.loads((tmp_path / "summary.json").read_text())["rows"]}
-    assert set(rows) == {"ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "gloo"}
+    assert set(rows) == {
+        "ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "ring2d", "dtree", "gloo"
+    }  # fmt: skip
     assert "bigraph" in rows["hdrm"]["skipped"]
     ran = [r for r in rows.values() if not r["skipped"]]
     assert all(r["verified"] and r["exact"] for r in ran)
     assert rows["multitree"]["seconds"] < rows["ring"]["seconds"]
+    assert rows["ring2d"]["seconds"] < rows["ring"]["seconds"] and rows["ring2d"]["steps"] == 8
+    assert rows["dtree"]["steps"] == len(algorithm("dtree").schedule(from_spec("torus:3x3")).steps)
     assert rows["ring"]["steps"] == 16 and rows["ring"]["retransmissions"] == 0
 
 

@@ -159,6 +159,10 @@ CASES = [
     ("torus:3x3", "multitree", "sketch"),
     ("star:4", "ps", "inceptionn"),
     ("leaf-spine:2x2x2", "gloo", "plain"),
+    ("torus:4x4", "ring2d", "int32"),
+    ("mesh:3x3", "ring2d", "plain"),
+    ("torus:4x4", "dtree", "fixedpoint"),
+    ("star:5", "dtree", "inceptionn"),
 ]
 
 
@@ -202,6 +206,24 @@ def test_multitree_on_a_torus_drives_every_link_of_a_node(sim: Simulation) -> No
     finally:
         ring_sim.close()
     assert ring.verified and out.seconds < ring.seconds
+
+
+@needs_ns3
+def test_ring2d_drives_every_link_of_a_torus_node_and_beats_the_ring(ns3: Ns3) -> None:
+    """The 2D ring's four streams send on a torus node's four links at once: on torus:4x4
+    (16K int32 per node) its 12 steps take less than half the ring's 30, as MultiTree's do."""
+    times = {}
+    for algo in ("ring2d", "ring", "multitree"):
+        sim = Simulation(ns3)
+        try:
+            out, _, sched = run(sim, "torus:4x4", algo, 16 * 1024)
+        finally:
+            sim.close()
+        assert out.verified, out.problems
+        times[algo] = (out.seconds, len(sched.steps))
+    assert times["ring2d"][1] == 12 and times["ring"][1] == 30
+    assert times["ring2d"][0] < times["ring"][0] / 2
+    assert times["multitree"][0] < times["ring"][0] / 2
 
 
 @needs_ns3

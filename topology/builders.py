@@ -6,6 +6,7 @@ topology."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -178,6 +179,16 @@ GRID_HOST, GRID_EAST, GRID_WEST, GRID_SOUTH, GRID_NORTH = 1, 2, 3, 4, 5
 def grid_switch(row: int, col: int) -> str:
     """The name of the switch in row `row`, column `col` (from 0) of a torus or mesh."""
     return f"s{row + 1}_{col + 1}"
+
+
+_GRID_NAME = re.compile(r"^s(\d+)_(\d+)$")
+
+
+def grid_cell(switch: str) -> tuple[int, int] | None:
+    """(row, column), from 0, of a switch named as `grid_switch` names them; None for any
+    other name."""
+    m = _GRID_NAME.match(switch)
+    return None if m is None else (int(m[1]) - 1, int(m[2]) - 1)
 
 
 def _grid(rows: int, cols: int, wrap: bool, grpc_base: int) -> Topology:
