@@ -58,6 +58,7 @@ from inaemu.sim.network import (
     parse_queue,
     parse_rate,
 )
+from inaemu.sim.tcp import MTU_RANGE
 from inaemu.topology.builders import load_or_build
 from inaemu.topology.model import Topology, TopologyError
 from inaemu.topology.routes import NODE_PORTS
@@ -115,6 +116,17 @@ def _queue(text: str) -> str:
 
 
 _LINK_LOSS = re.compile(r"^([\w.-]+)-([\w.-]+)=(.+)$")
+
+
+def _mtu(text: str) -> int:
+    lo, hi = MTU_RANGE
+    try:
+        mtu = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: an MTU in bytes, {lo} to {hi}") from None
+    if not lo <= mtu <= hi:
+        raise argparse.ArgumentTypeError(f"MTU {mtu}: use {lo} (segments of 256 B) to {hi}")
+    return mtu
 
 
 def _link_loss(text: str) -> tuple[str, str, float]:
@@ -240,7 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tcp = ap.add_argument_group("host collectives (TCP)")
     tcp.add_argument(
-        "--mtu", type=int, choices=(1500, 9000), default=1500, help="every link's (1500)"
+        "--mtu",
+        type=_mtu,
+        default=1500,
+        help="every link's, for TCP: 1500 (default), 9000 (jumbo frames), 308 (segments of "
+        "256 B, MULTITREE's payload), or any between",
     )
     tcp.add_argument(
         "--ecmp",

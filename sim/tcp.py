@@ -6,8 +6,9 @@ The settings are those of a datacentre host that a reader of these papers expect
 ns-3's (whose minimum retransmission timeout of 1 s turns any loss into a second of
 silence, and whose 536-byte segments are 3 times too many events):
 
-- MTU 1500 (the emulator's Mininet links; 9000 for jumbo frames), segments of the MTU less
-  the IPv4 and TCP headers and the timestamp option (1448 bytes; 8948);
+- MTU 1500 (the emulator's Mininet links; 9000 for jumbo frames, 308 for MULTITREE's 256-byte
+  payloads), segments of the MTU less the IPv4 and TCP headers and the timestamp option
+  (1448 bytes; 8948; 256);
 - send and receive buffers of 1 MiB, or twice the largest bandwidth-delay product of the
   network if that is more (`buffer_for`);
 - minimum retransmission timeout 1 ms, clock granularity 1 us; an ACK for every second
@@ -32,7 +33,7 @@ from inaemu.sim.engine import PS_PER_S, Simulation
 IPV4_HEADER = 20
 TCP_HEADER = 20
 TIMESTAMP_OPTION = 12  # with its padding: every segment carries it
-MTUS = (1500, 9000)
+MTU_RANGE = (308, 9000)  # 256-byte segments (MULTITREE's payload) to jumbo frames
 CONGESTION = {"cubic": "ns3::TcpCubic", "newreno": "ns3::TcpNewReno"}
 MIN_BUFFER = 1 << 20
 PORT = 7000  # every rank listens on it
@@ -54,8 +55,9 @@ class TcpSettings:
     data_retries: int = 6  # timeouts of one segment before a connection gives up
 
     def __post_init__(self) -> None:
-        if self.mtu not in MTUS:
-            raise ValueError(f"MTU {self.mtu}: use {' or '.join(map(str, MTUS))}")
+        if not MTU_RANGE[0] <= self.mtu <= MTU_RANGE[1]:
+            lo, hi = MTU_RANGE
+            raise ValueError(f"MTU {self.mtu}: use {lo} (segments of 256 B) to {hi} (jumbo frames)")
         if self.congestion not in CONGESTION:
             raise ValueError(f"congestion control {self.congestion!r}: use {', '.join(CONGESTION)}")
         if self.buffer_bytes and not 64 * 1024 <= self.buffer_bytes <= 1 << 30:

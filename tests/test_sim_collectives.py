@@ -288,6 +288,20 @@ def test_jumbo_frames(sim: Simulation) -> None:
 
 
 @needs_ns3
+def test_multitree_s_payload_of_256_bytes(sim: Simulation) -> None:
+    """MTU 308: segments of 256 B, MULTITREE's payload; the sum still exact, more frames."""
+    out, _, _ = run(sim, "star:4", "ring", 16 * 1024, tcp=TcpSettings(mtu=308))
+    assert out.verified, out.problems
+    assert out.tcp["segment_bytes"] / out.tcp["segments"] <= 256
+    assert_sound(out)
+
+
+def test_an_mtu_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"MTU 200: use 308 \(segments of 256 B\) to 9000"):
+        TcpSettings(mtu=200)
+
+
+@needs_ns3
 def test_a_link_that_loses_everything_ends_in_errors_not_a_hang(sim: Simulation) -> None:
     """h1's link loses every frame: its connections never open, TCP gives up after its
     retries, and every rank says why it has no result."""
