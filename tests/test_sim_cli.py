@@ -13,6 +13,7 @@ import pytest
 
 from inaemu.sim.engine import ns3_available
 from inaemu.sim.run import _child_failure, main
+from tests.test_mininet import assert_removed, in_root_ns, mininet, mininet_ready  # noqa: F401
 
 NEEDS_NS3 = pytest.mark.skipif(ns3_available() is not None, reason=str(ns3_available()))
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,3 +127,32 @@ def test_a_dead_simulator_is_one_line() -> None:
         "the simulator process ended (status -6) in ina at 1,024: assert failed. "
         'cond="m_protocol", msg="bad protocol", +0.000000000s'
     )
+
+
+@NEEDS_NS3
+@pytest.mark.usefixtures("mininet_ready", "in_root_ns")
+def test_the_simulator_agrees_with_mininet_where_both_are_links_bound(tmp_path: Path) -> None:
+    """A small case of docs/sim.md's validation: INA and halving-doubling on star:4, 32K
+    int32 per worker, links 2 Mbit/s, on Mininet and in the simulator with the emulator's
+    links (no per-frame overhead, 1,000-frame queues, 50 us per hop, the runner's window):
+    each completion time within 15 % of the emulated one, and halving-doubling's time over
+    INA's within 10 %."""
+    common = ["--topo", "star:4", "--algo", "ina,hd", "--size", "32K", "--window", "64"]
+    emu = mininet(tmp_path / "emu", *common, "--bw", "2")
+    assert emu.returncode == 0, emu.stdout + emu.stderr
+    assert_removed(tmp_path / "emu")
+    simulated = sim(
+        *common, "--rate", "2M", "--delay", "50us", "--queue", "1000p", "--overhead", "0",
+        "--run-dir", str(tmp_path / "sim"),
+    )  # fmt: skip
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+
+    def times(run: str) -> dict[str, float]:
+        rows = json.loads((tmp_path / run / "summary.json").read_text())["rows"]
+        assert all(r["verified"] for r in rows)
+        return {r["algo"]: r["seconds"] for r in rows}
+
+    e, s = times("emu"), times("sim")
+    for algo in ("ina", "hd"):
+        assert abs(s[algo] / e[algo] - 1) < 0.15, (algo, e, s)
+    assert abs((s["hd"] / s["ina"]) / (e["hd"] / e["ina"]) - 1) < 0.10, (e, s)
