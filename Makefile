@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	@# the CPU build of PyTorch, for the DDP hook and its test (a plain `torch` would pull CUDA)
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,sim]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -22,6 +22,7 @@ turns every expected failure into one line, `inaemu CMD: ...`, and a non-zero ex
     inaemu loss       -t topology.json --switch s1 --ports 1-4 --probability 0.01
     inaemu stats      -t topology.json
     inaemu schedule --topo torus:4x4|FILE [--algo ring|hd|hdrm|multitree|ps|all] [-o s.json]
+    inaemu sim --topo torus:8x8 --algo ina [--size 256K] [--rate 100G] ...
     inaemu train [--backend all] [--workers 4] [--topo ...] [--mininet] SCRIPT [SCRIPT ARGS]
     inaemu train --example FILE        # writes the example training script (train_ddp.py)
 
@@ -295,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     ).set_defaults(func=None)
 
     sub.add_parser(
+        "sim",
+        help="allreduce algorithms on a network simulated with ns-3: the same pipeline and "
+        "protocols in simulated time (see inaemu sim -h)",
+        add_help=False,
+    ).set_defaults(func=None)
+
+    sub.add_parser(
         "schedule",
         help="host-collective schedules (ring, hd, hdrm, multitree) on a topology, checked "
         "and measured (see inaemu schedule -h)",
@@ -328,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.mininet.run import main as mininet_main
 
         return mininet_main(argv[1:])
+    if argv[:1] == ["sim"]:
+        from inaemu.sim.run import main as sim_main
+
+        return sim_main(argv[1:])
     if argv[:1] == ["schedule"]:
         from inaemu.cli.schedule import main as schedule_main
 

@@ -5,10 +5,12 @@
     inaemu conformance --target all -k sum_ -k tree_
     inaemu conformance --cases my_cases/ --target bmv2 --json build/ina.json
     inaemu conformance --target softswitch:fast     # one of the softswitch's two data planes
+    inaemu conformance --target sim                 # the simulator's switches and links
 
 Targets: `softswitch:fast` (the compiled data plane, softswitch/fast/), `softswitch:reference`
-(the Python pipeline it must agree with), `bmv2`; `softswitch` is both softswitch data planes,
-`all` all three.
+(the Python pipeline it must agree with), `bmv2`, `sim` (the simulator's switches on ns-3's
+links: `sim_target.py`; needs the [sim] extra); `softswitch` is both softswitch data planes,
+`all` all four.
 
 Cases are .stf files (one switch, p4c's STF format) and .mstf files (several switches joined
 by links: stf.py's docstring); on bmv2 a multi-switch case starts one simple_switch per switch
@@ -46,7 +48,8 @@ from inaemu.softswitch.fast.dataplanes import (
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 SOFTSWITCH_TARGETS = tuple(f"softswitch:{plane}" for plane in DATAPLANES)
-TARGETS = (*SOFTSWITCH_TARGETS, "bmv2")
+SIM_TARGET = "sim"  # the simulator's switches and links (ns-3; sim_target.py)
+TARGETS = (*SOFTSWITCH_TARGETS, "bmv2", SIM_TARGET)
 TARGET_GROUPS = {"softswitch": SOFTSWITCH_TARGETS, "all": TARGETS}
 FAILURES_SHOWN = 8  # failure lines printed per failed case
 BMV2_PARALLEL = 4  # cases at once on bmv2 (each simple_switch has its own ports and sockets)
@@ -114,6 +117,19 @@ def _runner(target: str, json_path: Path | None) -> Callable[[AnyCase], CaseResu
         dataplane = target.partition(":")[2]
         warm_up(dataplane)  # the fast one compiles (or loads) here, not in the first case
         return partial(run_softswitch, dataplane=dataplane)
+    if target == SIM_TARGET:
+        from inaemu.conformance.sim_target import run_sim
+        from inaemu.sim.engine import SimError, load, ns3_available
+
+        why = ns3_available()
+        if why is not None:
+            raise ConformanceError(f"sim target: {why}")
+        try:
+            load()
+        except SimError as exc:
+            raise ConformanceError(f"sim target: {exc}") from None
+        warm_up(DEFAULT_DATAPLANE)
+        return run_sim
     missing = bmv2_available()
     if missing is not None:
         raise ConformanceError(f"bmv2 target: {missing}")

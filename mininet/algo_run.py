@@ -19,7 +19,6 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.collectives.schedule import Schedule
-from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet.algos import (
     Algorithm,
     RunSpec,
@@ -39,6 +38,7 @@ from inaemu.runs.accounting import (
 from inaemu.runs.compare import (
     LinkUse,
     Row,
+    Truth,
     Verdict,
     check_results,
     link_delta,
@@ -63,13 +63,6 @@ def natural(name: str) -> tuple[Any, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def expected_result(codec: str, seed: int, n: int, size: int) -> npt.NDArray[Any]:
-    """What every worker must get: numpy's exact sum of the inputs (int32), else the codec run
-    against the reference switch (`hostlib.worker.expected_sum`, which the worker's --check
-    uses too)."""
-    return expected_sum(seed, n, size, codec=codec)
-
-
 def load_results(
     outcomes: list[WorkerOutcome], results: Path
 ) -> tuple[dict[str, npt.NDArray[Any] | None], list[str]]:
@@ -87,26 +80,6 @@ def load_results(
         except (OSError, ValueError) as exc:
             problems.append(f"{o.host}: no result ({exc})")
     return arrays, problems
-
-
-@dataclass
-class Truth:
-    """What the results of one size are checked against (`compare.check_results`)."""
-
-    size: int
-    sum64: npt.NDArray[np.float64]  # the float64 sum of the inputs
-    abs_sum: npt.NDArray[np.float64]  # the sum of their absolute values
-    exact: npt.NDArray[Any] | None  # `expected_result`, if an algorithm checks "exact"
-
-
-def truth(codec: str, seed: int, n: int, size: int, *, exact: bool) -> Truth:
-    sum64 = np.zeros(size, np.float64)
-    abs_sum = np.zeros(size, np.float64)
-    for rank in range(n):
-        x = worker_input(seed, rank, size, codec=codec).astype(np.float64)
-        sum64 += x
-        abs_sum += np.abs(x)
-    return Truth(size, sum64, abs_sum, expected_result(codec, seed, n, size) if exact else None)
 
 
 def completion(outcomes: list[WorkerOutcome]) -> tuple[float, str]:

@@ -33,22 +33,16 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from inaemu.collectives.algorithms import algorithm as collective_algorithm
-from inaemu.collectives.check import simulate
 from inaemu.collectives.schedule import Schedule, ScheduleError
 from inaemu.controller.api import describe_trees
 from inaemu.controller.jobs import JobSpec
-from inaemu.hostlib.codecs import CODECS as INA_CODECS
-from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
-from inaemu.hostlib.collective.executor import inceptionn_error_bound
 from inaemu.mininet.scenario import Scenario, ScenarioError
-from inaemu.runs import compare
+from inaemu.runs import algorithms as facts
+from inaemu.runs.algorithms import CODECS
 from inaemu.topology.model import Topology
 from inaemu.topology.routes import ALL_PORTS, check_node_ports
 
-# the runner's --codec: the INA codecs (homomorphic: a switch adds their encodings), plain
-# float32 (summed by the hosts) and INCEPTIONN (lossy, for host collectives)
-CODECS = (*sorted(INA_CODECS), "plain", "inceptionn")
+__all__ = ["CODECS", "Algorithm", "RunSpec", "algorithm", "describe"]
 
 
 @dataclass(frozen=True)
@@ -66,30 +60,37 @@ class RunSpec:
 
 
 class Algorithm:
+    """How the Mininet runner runs one of `runs.algorithms`' algorithms (`facts`: its name,
+    summary, codecs and checks, schedule and refusals, stated there once)."""
+
     name: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
-    codecs: ClassVar[dict[str, str]] = {}  # runner codec -> check ("exact" or "bound")
+    facts: ClassVar[facts.Algorithm]
 
     def __init__(self, node_ports: str = ALL_PORTS) -> None:
         self.node_ports = check_node_ports(node_ports)  # torus and mesh nodes (`routes`)
 
+    @property
+    def summary(self) -> str:
+        return self.facts.summary
+
+    @property
+    def codecs(self) -> dict[str, str]:
+        return self.facts.codecs
+
     def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:
         """Why this algorithm cannot run on `topo` with these workers and codec, or None."""
-        if codec not in self.codecs:
-            return f"{self.name} does not run codec {codec} (it runs {', '.join(self.codecs)})"
-        return None
+        return self.facts.refuse(topo, workers, codec, self.node_ports)
 
     def check(self, codec: str) -> str:
         """How its results are checked with `codec`: "exact" or "bound"."""
-        return self.codecs[codec]
+        return self.facts.check(codec)
 
     def error_bound(
         self, codec: str, n_workers: int, abs_sum: npt.NDArray[np.float64]
     ) -> npt.NDArray[np.float64]:
         """Element-wise bound on |result - float64 sum| (check "bound"), given the sum over
-        the workers of |input|: `compare.error_bound` unless the algorithm knows better."""
-        bound: npt.NDArray[np.float64] = compare.error_bound(codec, n_workers, abs_sum)
-        return bound
+        the workers of |input| (`runs.algorithms.Algorithm.error_bound`)."""
+        return self.facts.error_bound(codec, n_workers, abs_sum)
 
     def prepare(self, sc: Scenario, spec: RunSpec) -> dict[str, str]:
         return {}
@@ -107,9 +108,11 @@ ALGORITHMS: dict[str, type[Algorithm]] = {}
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
-    """Class decorator: make `cls` available as `--algo cls.name`."""
+    """Class decorator: make `cls` available as `--algo cls.name`, with the facts of
+    `runs.algorithms` of that name."""
     if not cls.name or cls.name in ALGORITHMS:
         raise ValueError(f"algorithm name {cls.name!r} is empty or taken")
+    cls.facts = facts.algorithm(cls.name)
     ALGORITHMS[cls.name] = cls
     return cls
 
@@ -126,7 +129,7 @@ def algorithm(name: str, node_ports: str = ALL_PORTS) -> Algorithm:
 
 
 def describe() -> str:
-    return "; ".join(f"{n}: {c.summary}" for n, c in sorted(ALGORITHMS.items()))
+    return facts.describe(sorted(ALGORITHMS))
 
 
 @register
@@ -136,13 +139,10 @@ class Ina(Algorithm):
     every host, striping its chunks over the trees."""
 
     name = "ina"
-    summary = "in-network aggregation, trees as the controller chooses (job add --trees 0)"
-    codecs = {c: "exact" for c in sorted(INA_CODECS)}  # int32 exact, others as the reference
-    trees = 0
     n_trees = 1
 
     def prepare(self, sc: Scenario, spec: RunSpec) -> dict[str, str]:
-        record = sc.add_job(JobSpec(spec.job, spec.workers, spec.window, self.trees))
+        record = sc.add_job(JobSpec(spec.job, spec.workers, spec.window, self.facts.trees))
         self.n_trees = record.spec.n_trees
         return {"trees": str(self.n_trees), "job": describe_trees(record).splitlines()[0]}
 
@@ -169,8 +169,6 @@ class InaOneTree(Ina):
     """In-network aggregation over a single tree (`job add --trees 1`)."""
 
     name = "ina-1tree"
-    summary = "in-network aggregation over one tree (job add --trees 1)"
-    trees = 1
 
 
 def run_port(spec: RunSpec, base: int) -> int:
@@ -180,40 +178,19 @@ def run_port(spec: RunSpec, base: int) -> int:
 
 
 class Collective(Algorithm):
-    """A host collective of `inaemu.collectives` (the schedule of `collective_name` over the
+    """A host collective of `inaemu.collectives` (the schedule of its name over the
     scenario's worker hosts in the algorithm's own rank order, under the run's node model:
     `Algorithm.schedule_among`, the schedule `inaemu schedule` checks; proved by
     `collectives.check.simulate`, saved as build/schedule-<name>.json), executed by `python
     -m inaemu.hostlib.collective.worker` on every host over TCP, peers at the hosts' IP
     addresses in the schedule's rank order."""
 
-    collective_name: ClassVar[str] = ""
-    # homomorphic codecs: integer sums, bit for bit the switch's; plain and INCEPTIONN: floats
-    codecs = {**{c: "exact" for c in sorted(INA_CODECS)}, "plain": "bound", "inceptionn": "bound"}
     PORT_BASE = 30_000
     schedule: Schedule | None = None
 
     def build(self, topo: Topology, workers: tuple[str, ...]) -> Schedule:
-        """The schedule, proved to all-reduce; ScheduleError if the topology is not one the
-        algorithm supports (the message says which it does)."""
-        sched = collective_algorithm(self.collective_name).schedule_among(
-            topo, workers, node_ports=self.node_ports
-        )
-        if set(sched.hosts) != set(workers):
-            raise ScheduleError(
-                f"{self.name}: the schedule's hosts {list(sched.hosts)} are not the workers"
-            )
-        simulate(sched)
-        return sched
-
-    def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:
-        why = super().refuse(topo, workers, codec)
-        if why is None:
-            try:
-                self.build(topo, workers)
-            except ScheduleError as exc:
-                return str(exc)
-        return why
+        """The schedule, proved to all-reduce (`runs.algorithms.Algorithm.schedule`)."""
+        return self.facts.schedule(topo, workers, self.node_ports)
 
     def prepare(self, sc: Scenario, spec: RunSpec) -> dict[str, str]:
         try:
@@ -231,9 +208,7 @@ class Collective(Algorithm):
     def error_bound(
         self, codec: str, n_workers: int, abs_sum: npt.NDArray[np.float64]
     ) -> npt.NDArray[np.float64]:
-        if codec == "inceptionn" and self.schedule is not None:  # this schedule's own bound
-            return inceptionn_error_bound(self.schedule, abs_sum, INCEPTIONN_BOUND)
-        return super().error_bound(codec, n_workers, abs_sum)
+        return self.facts.error_bound(codec, n_workers, abs_sum, self.schedule)
 
     def worker_argv(
         self, sc: Scenario, spec: RunSpec, rank: int, host: str, out: Path
@@ -251,32 +226,27 @@ class Collective(Algorithm):
 
 @register
 class Ring(Collective):
-    name = collective_name = "ring"
-    summary = "host ring: reduce-scatter + all-gather over TCP (inaemu.collectives)"
+    name = "ring"
 
 
 @register
 class HalvingDoubling(Collective):
-    name = collective_name = "hd"
-    summary = "halving-doubling (Rabenseifner) over TCP"
+    name = "hd"
 
 
 @register
 class Hdrm(Collective):
-    name = collective_name = "hdrm"
-    summary = "halving-doubling with EFLOPS' rank mapping (BiGraph only) over TCP"
+    name = "hdrm"
 
 
 @register
 class MultiTree(Collective):
-    name = collective_name = "multitree"
-    summary = "MULTITREE: one tree per rank under per-step link constraints, over TCP"
+    name = "multitree"
 
 
 @register
 class ParameterServer(Collective):
-    name = collective_name = "ps"
-    summary = "worker-aggregator: push to one aggregator, pull the sum (INCEPTIONN's baseline)"
+    name = "ps"
 
 
 @register
@@ -286,8 +256,6 @@ class Gloo(Algorithm):
     host serving the rendezvous."""
 
     name = "gloo"
-    summary = "torch.distributed.all_reduce, gloo backend, TCP between the hosts"
-    codecs = {"int32": "exact", "plain": "bound"}
     PORT_BASE = 20_000  # the rendezvous' port: run_port
 
     def refuse(self, topo: Topology, workers: tuple[str, ...], codec: str) -> str | None:

@@ -42,7 +42,7 @@ import numpy.typing as npt
 from inaemu.common import args as arg
 from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
-from inaemu.mininet.algo_run import Truth, natural, row_of, run_algorithm
+from inaemu.mininet.algo_run import natural, row_of, run_algorithm
 from inaemu.mininet.algos import CODECS, Algorithm, RunSpec, algorithm
 from inaemu.mininet.run import algo_names, parse_sizes
 from inaemu.mininet.scenario import (
@@ -53,7 +53,7 @@ from inaemu.mininet.scenario import (
     ScenarioError,
     link_shaping,
 )
-from inaemu.runs.compare import LinkUse
+from inaemu.runs.compare import LinkUse, Truth
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
 

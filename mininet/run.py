@@ -65,7 +65,6 @@ from inaemu.mininet.algo_run import (
     run_algorithm,
     run_algorithms,
     tcpdump_missed,
-    truth,
 )
 from inaemu.mininet.algos import (
     ALGORITHMS,
@@ -104,6 +103,7 @@ from inaemu.runs.compare import (
     bound_of,
     directions,
     points,
+    truth,
 )
 from inaemu.runs.compare import parse_size as parse_size  # the runner's sizes, re-exported
 from inaemu.runs.compare import parse_sizes as parse_sizes

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from inaemu.common import args as arg
 from inaemu.hostlib.codecs.inceptionn import DEFAULT_ERROR_BOUND as INCEPTIONN_BOUND
+from inaemu.hostlib.worker import expected_result, expected_sum, worker_input
 from inaemu.runs import marks
 from inaemu.runs.accounting import (
     Bound,
@@ -185,6 +186,44 @@ def check_results(
     if errors:
         verdict.max_abs_error = max(errors)
     return verdict
+
+
+@dataclass
+class Truth:
+    """What the results of one size are checked against (`compare.check_results`)."""
+
+    size: int
+    sum64: npt.NDArray[np.float64]  # the float64 sum of the inputs
+    abs_sum: npt.NDArray[np.float64]  # the sum of their absolute values
+    exact: npt.NDArray[Any] | None  # `expected_sum`, if an algorithm checks "exact"
+
+
+def truth(codec: str, seed: int, n: int, size: int, *, exact: bool) -> Truth:
+    """The truth of the inputs `hostlib.worker.worker_input(seed, rank, size)` of n workers
+    (generated one at a time: the float sums need no more)."""
+    arrays = (worker_input(seed, rank, size, codec=codec) for rank in range(n))
+    sum64, abs_sum = _sums(arrays, size)
+    return Truth(size, sum64, abs_sum, expected_sum(seed, n, size, codec=codec) if exact else None)
+
+
+def truth_of(inputs: Sequence[npt.NDArray[Any]], codec: str, *, exact: bool) -> Truth:
+    """The truth of all-reducing `inputs` (one per worker) with `codec`."""
+    size = inputs[0].size if len(inputs) else 0
+    sum64, abs_sum = _sums(inputs, size)
+    return Truth(size, sum64, abs_sum, expected_result(list(inputs), codec) if exact else None)
+
+
+def _sums(
+    arrays: Iterable[npt.NDArray[Any]], size: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The float64 sum of `arrays` and the sum of their absolute values."""
+    sum64 = np.zeros(size, np.float64)
+    abs_sum = np.zeros(size, np.float64)
+    for a in arrays:
+        x = a.astype(np.float64)
+        sum64 += x
+        abs_sum += np.abs(x)
+    return sum64, abs_sum
 
 
 @dataclass

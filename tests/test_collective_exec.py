@@ -36,6 +36,7 @@ from inaemu.hostlib.collective.executor import (
     ScheduleCodec,
     inceptionn_error_bound,
     inceptionn_quantizations,
+    rank_plans,
 )
 from inaemu.hostlib.collective.peers import MemoryMesh, PeerChannel, PeerError, parse_peers
 from inaemu.hostlib.collective.tcp_peers import TcpPeers
@@ -184,6 +185,20 @@ def schedule_for(name: str, n: int) -> Schedule:
 # ---------------------------------------------------------------------- property tests
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(name=st.sampled_from(sorted(SCHEDULES)), n=st.integers(1, 8))
+def test_rank_plans_give_every_rank_the_plan_it_makes_itself(name: str, n: int) -> None:
+    """Ranks that are threads of one process share `rank_plans` (one pass over the
+    schedule); each gets what it would have found scanning the whole schedule."""
+    schedule = schedule_for(name, n)
+    mesh = MemoryMesh(schedule.n_ranks)
+    plans = rank_plans(schedule)
+    for r, channel in enumerate(mesh.channels):
+        own = ScheduleClient(schedule, r, channel)
+        shared = ScheduleClient(schedule, r, channel, plan=plans[r])
+        assert shared._plan == own._plan
 
 
 @FAST

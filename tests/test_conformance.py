@@ -33,6 +33,7 @@ from inaemu.conformance.stf import StfError, load_stf, parse_stf
 from inaemu.p4 import tools
 from inaemu.p4.build import compile_p4
 from inaemu.p4.tools import PREFIX_ENV, find_tool
+from inaemu.sim.engine import ns3_available
 from inaemu.softswitch.fast.dataplanes import DATAPLANES
 
 CASES = find_cases([CASES_DIR], [])
@@ -65,6 +66,34 @@ def test_softswitch(path: Path, dataplane: str) -> None:
     result = run_softswitch(load_case(path), dataplane)
     assert result.ok, "\n".join(result.failures)
     assert result.packets_in > 0
+
+
+SIM_MISSING = ns3_available()
+
+
+@pytest.mark.skipif(SIM_MISSING is not None, reason=str(SIM_MISSING))
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_sim(path: Path) -> None:
+    """Every case through the simulator's switches and ns-3's links (`sim_target.py`)."""
+    from inaemu.conformance.sim_target import run_sim
+
+    result = run_sim(load_case(path))
+    assert result.ok, "\n".join(result.failures)
+    assert result.packets_in > 0
+
+
+@pytest.mark.skipif(SIM_MISSING is not None, reason=str(SIM_MISSING))
+def test_a_broken_network_case_fails_on_the_simulator() -> None:
+    """The simulated target is not a yes-man: the broken case fails there as on the
+    softswitch, with the same failures, and so does the lost partial's case without its
+    loss."""
+    from inaemu.conformance.sim_target import run_sim
+
+    result = run_sim(parse_network(_broken_tree_sum(), "broken.mstf"))
+    assert [f.split("\n")[0] for f in result.failures] == BROKEN_TREE_SUM_FAILURES
+    text = (CASES_DIR / "tree2_lost_partial.mstf").read_text().replace("lose leaf1:3\n", "")
+    failures = run_sim(parse_network(text, "no_loss.mstf")).failures
+    assert "root: counter InaIngress.counters.ina_drops(10) packets: expected 1, got 0" in failures
 
 
 BMV2_MISSING = bmv2_available()

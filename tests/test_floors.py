@@ -22,7 +22,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("collectives", "common"),
     ("hostlib",),
     ("controller", "runs", "softswitch"),
-    ("conformance", "embedded", "mininet"),
+    ("embedded", "mininet", "sim"),
+    ("conformance",),
     ("cli",),
     ("examples",),
 )

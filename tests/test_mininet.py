@@ -36,9 +36,9 @@ from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.conformance.pcap import read_pcap
 from inaemu.hostlib.codecs import make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
-from inaemu.hostlib.worker import worker_input
+from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
-from inaemu.mininet.algo_run import expected_result, tcpdump_missed
+from inaemu.mininet.algo_run import tcpdump_missed
 from inaemu.mininet.algos import ALGORITHMS, Algorithm, algorithm, register
 from inaemu.mininet.run import default_run_dir, parse_size
 from inaemu.mininet.scenario import link_params
@@ -139,12 +139,12 @@ def test_algorithm_registry() -> None:
 def test_expected_results() -> None:
     n, size = 3, 1000
     inputs = [worker_input(5, r, size, codec="int32") for r in range(n)]
-    exact = expected_result("int32", 5, n, size)
+    exact = expected_sum(5, n, size, codec="int32")
     assert exact.dtype == np.int32
     assert np.array_equal(exact, np.sum(inputs, axis=0, dtype=np.int64).astype(np.int32))
     floats = [worker_input(5, r, size, codec="fixedpoint") for r in range(n)]
     reference, _ = simulate_allreduce(make_codec("fixedpoint"), floats)
-    got = expected_result("fixedpoint", 5, n, size)
+    got = expected_sum(5, n, size, codec="fixedpoint")
     assert np.array_equal(got, reference[0])
     assert np.allclose(got, np.sum(floats, axis=0), atol=1e-4)
 

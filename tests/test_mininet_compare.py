@@ -31,7 +31,7 @@ from inaemu.collectives.algorithms import algorithm as collective
 from inaemu.collectives.check import step_bytes
 from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import worker_input
-from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of, truth
+from inaemu.mininet.algo_run import AlgoRun, WorkerOutcome, row_of
 from inaemu.mininet.algos import ALGORITHMS, CODECS, Collective, RunSpec, algorithm
 from inaemu.mininet.report import report_comparison
 from inaemu.mininet.run import algo_names, bw_scales, choose, links_text, main, parse_sizes
@@ -60,6 +60,7 @@ from inaemu.runs.compare import (
     points,
     render_table,
     size_label,
+    truth,
 )
 from inaemu.topology.builders import from_spec, star
 from inaemu.topology.model import Topology
@@ -78,7 +79,7 @@ def test_every_algorithm_says_what_it_runs() -> None:
     ]  # fmt: skip
     for name, cls in ALGORITHMS.items():
         algo = algorithm(name)
-        assert cls.summary and algo.codecs, name
+        assert algo.summary and cls.facts.summary and algo.codecs, name
         assert set(algo.codecs) <= set(CODECS) and set(algo.codecs.values()) <= set(CHECKS)
         assert algo.check("int32") == "exact", name  # every algorithm sums integers exactly
 

@@ -39,7 +39,7 @@ import enum
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +73,27 @@ _INT_KIND = {Opcode.SUM: Kind.INT32_SUM, Opcode.MAX: Kind.INT32_MAX, Opcode.OR: 
 _HEADER = struct.Struct("<HBBIIIQ")
 HEADER_BYTES = _HEADER.size
 FLAG_OVERFLOW = 1  # an int32 SUM message: a bitmap of saturated elements follows the values
+
+
+class Header(NamedTuple):
+    """What every message starts with: which run, operation, step and transfer it is."""
+
+    run: int
+    kind: int
+    flags: int
+    op: int  # the operation's number within the run (mod 2^32)
+    step: int
+    transfer: int  # the transfer's index within the step
+    elements: int  # of the whole array
+
+
+def read_header(msg: bytes | bytearray | memoryview) -> Header:
+    """The header of message `msg` (ValueError if it is shorter than one)."""
+    if len(msg) < HEADER_BYTES:
+        raise ValueError(f"a message of {len(msg)} bytes, no header")
+    return Header(*_HEADER.unpack_from(msg))
+
+
 _LEN = struct.Struct("<I")  # INCEPTIONN: each chunk's compressed bytes, length-prefixed
 
 
@@ -120,10 +141,29 @@ class ScheduleStats:
     step_log: list[float] = field(default_factory=list)  # every step of every operation
 
 
+# a rank's part of a schedule: per step, (transfer index, transfer) it sends and receives
+RankPlan = list[tuple[list[tuple[int, Transfer]], list[tuple[int, Transfer]]]]
+
+
+def rank_plans(schedule: Schedule) -> list[RankPlan]:
+    """Every rank's part of `schedule` (validated), in one pass over its transfers: what
+    ranks that are threads of one process share, instead of each validating and scanning
+    the whole schedule (a ring over n ranks has n^2 transfers)."""
+    schedule.validate()
+    plans: list[RankPlan] = [[([], []) for _ in schedule.steps] for _ in range(schedule.n_ranks)]
+    for s, step in enumerate(schedule.steps):
+        for i, t in enumerate(step):
+            plans[t.src][s][0].append((i, t))
+            plans[t.dst][s][1].append((i, t))
+    return plans
+
+
 class ScheduleClient:
     """Rank `rank`'s end of `schedule`, over `channel` (see the module doc). Every wait for a
     message is bounded by `timeout` seconds (`PeerError` naming the peer); `run` (0..65535),
-    as for `InaClient`, tells the messages of successive runs apart."""
+    as for `InaClient`, tells the messages of successive runs apart. `plan`: this rank's
+    `rank_plans(schedule)[rank]`, if the caller made them (else the schedule is validated
+    and scanned here)."""
 
     def __init__(
         self,
@@ -133,8 +173,10 @@ class ScheduleClient:
         *,
         timeout: float = 30.0,
         run: int = 0,
+        plan: RankPlan | None = None,
     ) -> None:
-        schedule.validate()
+        if plan is None:
+            schedule.validate()
         if channel.n_ranks != schedule.n_ranks:
             raise ScheduleError(
                 f"{schedule.algo}: {schedule.n_ranks} ranks, but the channel connects "
@@ -156,13 +198,19 @@ class ScheduleClient:
         self.op = 0  # operations of this run so far
         self.start_run(run)
         # per step: (transfer index, transfer) this rank sends, and those it receives
-        self._plan = [
-            (
-                [(i, t) for i, t in enumerate(step) if t.src == rank],
-                [(i, t) for i, t in enumerate(step) if t.dst == rank],
-            )
-            for step in schedule.steps
-        ]
+        self._plan: RankPlan = (
+            plan
+            if plan is not None
+            else [
+                (
+                    [(i, t) for i, t in enumerate(step) if t.src == rank],
+                    [(i, t) for i, t in enumerate(step) if t.dst == rank],
+                )
+                for step in schedule.steps
+            ]
+        )
+        if len(self._plan) != len(schedule.steps):
+            raise ScheduleError(f"{schedule.algo}: a plan of {len(self._plan)} steps")
 
     @property
     def n_workers(self) -> int:
@@ -276,9 +324,10 @@ class ScheduleClient:
                 msg = self.channel.recv(t.src, self.timeout)
                 st.messages_received += 1
                 a, b = bounds[t.lo][0], bounds[t.hi - 1][1]
-                if len(msg) < HEADER_BYTES:
-                    raise self._garbage(t, f"a message of {len(msg)} bytes, no header")
-                got = _HEADER.unpack_from(msg)
+                try:
+                    got = read_header(msg)
+                except ValueError as exc:
+                    raise self._garbage(t, str(exc)) from None
                 want = (self.run, kind, got[2], op & 0xFFFFFFFF, s, i, n)
                 if got != want:
                     raise self._garbage(t, _mismatch(got, want))
@@ -482,13 +531,18 @@ def inceptionn_error_bound(
 
 
 __all__ = [
+    "HEADER_BYTES",
     "SCHEDULE_CODECS",
+    "Header",
     "InceptionnCodec",
     "PlainCodec",
+    "RankPlan",
     "ScheduleClient",
     "ScheduleCodec",
     "ScheduleStats",
     "inceptionn_error_bound",
     "inceptionn_quantizations",
     "make_schedule_codec",
+    "rank_plans",
+    "read_header",
 ]

@@ -104,12 +104,14 @@ def format_address(addr: Address) -> str:
 class MemoryMesh:
     """`n_ranks` channels connected in memory, for ranks that are threads of one process:
     `MemoryMesh(4).channels[r]` is rank r's. A closed rank's peers get `PeerError` once its
-    messages are taken."""
+    messages are taken. One lock; a condition per rank, which a message to it wakes (one
+    for all woke every waiting rank for every message: hundreds of ranks crawled)."""
 
     def __init__(self, n_ranks: int) -> None:
         if n_ranks < 1:
             raise ValueError(f"a mesh needs at least one rank, got {n_ranks}")
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()
+        self.conds = [threading.Condition(self.lock) for _ in range(n_ranks)]
         self.boxes = [[deque[bytes]() for _ in range(n_ranks)] for _ in range(n_ranks)]
         self.closed = [False] * n_ranks
         self.channels = [MemoryChannel(self, r) for r in range(n_ranks)]
@@ -141,20 +143,20 @@ class MemoryChannel:
 
     def send(self, dst: int, data: Message) -> None:
         self._check(dst)
-        with self.mesh.cond:
+        with self.mesh.lock:
             if self.mesh.closed[self._rank]:
                 raise PeerError(f"rank {self._rank}: send on a closed channel")
             if self.mesh.closed[dst]:
                 raise PeerError(f"{self.who(dst)} has closed", rank=dst, address="memory")
             self.mesh.boxes[self._rank][dst].append(bytes(data))
             self._sent[dst] += len(data)
-            self.mesh.cond.notify_all()
+            self.mesh.conds[dst].notify_all()
 
     def recv(self, src: int, timeout: float) -> bytes:
         self._check(src)
         deadline = time.monotonic() + timeout
         box = self.mesh.boxes[src][self._rank]
-        with self.mesh.cond:
+        with self.mesh.conds[self._rank]:
             while not box:
                 if self.mesh.closed[src]:
                     raise PeerError(
@@ -169,7 +171,7 @@ class MemoryChannel:
                         rank=src,
                         address="memory",
                     )
-                self.mesh.cond.wait(left)
+                self.mesh.conds[self._rank].wait(left)
             msg = box.popleft()
         self._received[src] += len(msg)
         return msg
@@ -178,9 +180,10 @@ class MemoryChannel:
         """Messages are delivered when sent."""
 
     def close(self) -> None:
-        with self.mesh.cond:
+        with self.mesh.lock:
             self.mesh.closed[self._rank] = True
-            self.mesh.cond.notify_all()
+            for cond in self.mesh.conds:  # whoever waits on this rank
+                cond.notify_all()
 
     def bytes_sent(self) -> list[int]:
         return list(self._sent)

@@ -25,6 +25,7 @@ HELLO_MAGIC = b"INACOLL1"
 _HELLO = struct.Struct("<8sIII32s")
 # every frame after the hello: kind, body bytes
 _FRAME = struct.Struct("<BQ")
+FRAME_BYTES = _FRAME.size  # what each message adds on its connection (the simulator counts it)
 # frame kinds: a message; "I am done"; "rank r failed: why"; "what are you doing?"; its answer
 DATA, BYE, ABORT, PING, PONG = 0, 1, 2, 3, 4
 _ABORT = struct.Struct("<ii")  # the failed rank (-1: none), who saw it; the reason in UTF-8
