@@ -112,7 +112,12 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
     `runs.algorithms` of that name."""
     if not cls.name or cls.name in ALGORITHMS:
         raise ValueError(f"algorithm name {cls.name!r} is empty or taken")
-    cls.facts = facts.algorithm(cls.name)
+    try:
+        cls.facts = facts.algorithm(cls.name)
+    except ValueError:
+        raise ValueError(
+            f"algorithm {cls.name!r} has no facts in runs/algorithms.py: add it there first"
+        ) from None
     ALGORITHMS[cls.name] = cls
     return cls
 

@@ -222,6 +222,25 @@ def _interpolate(series: Sequence[tuple[float, float]], t: float) -> float:
     return series[-1][1]
 
 
+def _machine_share(
+    machine: Sequence[tuple[float, float, float]], t0: float, t1: float
+) -> float | None:
+    """The share of the machine's cores busy over [t0, t1]; a window shorter than the
+    kernel's tick (10 ms: `/proc/stat` did not move) is widened to the nearest samples
+    around it that did. None: fewer than two samples, or none that moved."""
+    if len(machine) < 2:
+        return None
+    busy = _delta([(t, b) for t, b, _ in machine], t0, t1)
+    total = _delta([(t, s) for t, _, s in machine], t0, t1)
+    if total <= 0:
+        i = max([k for k, m in enumerate(machine) if m[0] <= t0], default=0)
+        j = min([k for k, m in enumerate(machine) if m[0] >= t1], default=len(machine) - 1)
+        while machine[j][2] - machine[i][2] <= 0 and (i > 0 or j < len(machine) - 1):
+            i, j = max(i - 1, 0), min(j + 1, len(machine) - 1)
+        busy, total = machine[j][1] - machine[i][1], machine[j][2] - machine[i][2]
+    return min(max(busy / total, 0.0), 1.0) if total > 0 else None
+
+
 def _delta(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
     return _interpolate(series, t1) - _interpolate(series, t0)
 
@@ -325,15 +344,7 @@ class CpuMeter:
             use = ProcessUse(x.name, x.kind, pid, cpu, cpu / window, thread / window)
             use.waiting, use.demand = sum(waits) / window, demand
             out.append(use)
-        machine_busy = None
-        if len(machine) >= 2:
-            busy = _interpolate([(t, b) for t, b, _ in machine], t1)
-            busy -= _interpolate([(t, b) for t, b, _ in machine], t0)
-            total = _interpolate([(t, s) for t, _, s in machine], t1)
-            total -= _interpolate([(t, s) for t, _, s in machine], t0)
-            if total > 0:
-                machine_busy = min(max(busy / total, 0.0), 1.0)
-        return Usage(window, cores(), machine_busy, out)
+        return Usage(window, cores(), _machine_share(machine, t0, t1), out)
 
 
 def exited(proc: subprocess.Popen[Any]) -> bool:

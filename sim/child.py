@@ -157,6 +157,8 @@ def _collective(
     the schedule's rank order, as on Mininet (rank r of the schedule is the worker whose input
     is worker_input(seed, r))."""
     settings = TcpSettings(mtu=task.tcp.get("mtu", 1500))
+    if task.tcp.get("min_rto_ps"):
+        settings = dataclasses.replace(settings, min_rto_ps=task.tcp["min_rto_ps"])
     net = IpNetwork(
         sim, topo, link, mtu=settings.mtu, ecmp=task.tcp.get("ecmp", False), fair_hosts=True
     )

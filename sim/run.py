@@ -58,7 +58,7 @@ from inaemu.sim.network import (
     parse_queue,
     parse_rate,
 )
-from inaemu.sim.tcp import MTU_RANGE
+from inaemu.sim.tcp import MTU_RANGE, min_rto_for
 from inaemu.topology.builders import load_or_build
 from inaemu.topology.model import Topology, TopologyError
 from inaemu.topology.routes import NODE_PORTS
@@ -259,6 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
         "256 B, MULTITREE's payload), or any between",
     )
     tcp.add_argument(
+        "--tcp-min-rto",
+        type=_delay,
+        default=None,
+        metavar="TIME",
+        help="TCP's minimum retransmission timeout (default: 1 ms, or Linux's 200 ms when a "
+        "link is slower than 1 Gbit/s)",
+    )
+    tcp.add_argument(
         "--ecmp",
         action="store_true",
         help="switches spread flows over every shortest next hop by a hash of their addresses "
@@ -376,7 +384,12 @@ def _tasks(
                     workers=workers,
                     link=link,
                     ina=ina,
-                    tcp={"mtu": args.mtu, "ecmp": args.ecmp, "limit": args.sim_limit},
+                    tcp={
+                        "mtu": args.mtu,
+                        "ecmp": args.ecmp,
+                        "limit": args.sim_limit,
+                        "min_rto_ps": args.tcp_min_rto,
+                    },
                     limit=args.limit,
                     progress=args.progress,
                 )
@@ -544,6 +557,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         return 0
     label = args.topo or (args.topology.stem if args.topology else "star:4")
     run_dir = args.run_dir or default_run_dir(label, args.algo)
+    if args.tcp_min_rto is None:
+        args.tcp_min_rto = min_rto_for(args.rate)
     tasks = _tasks(args, topo, workers, names)
     spec = LinkSpec(args.rate, args.delay, args.queue, args.overhead, args.loss)
     say(
@@ -661,7 +676,7 @@ def _write(
             "link_loss": args.link_loss,
             "node_ports": args.node_ports,
         },
-        "tcp": {"mtu": args.mtu, "ecmp": args.ecmp},
+        "tcp": {"mtu": args.mtu, "ecmp": args.ecmp, "min_rto_ps": args.tcp_min_rto},
         "ina": {
             "window": args.window,
             "dataplane": args.dataplane,

@@ -11,8 +11,11 @@ silence, and whose 536-byte segments are 3 times too many events):
   (1448 bytes; 8948; 256);
 - send and receive buffers of 1 MiB, or twice the largest bandwidth-delay product of the
   network if that is more (`buffer_for`);
-- minimum retransmission timeout 1 ms, clock granularity 1 us; an ACK for every second
-  segment, or after 20 us (Linux's 40 ms would stall a window at 100 Gbit/s);
+- minimum retransmission timeout 1 ms (`min_rto_for`: Linux's 200 ms on networks with a
+  link slower than 1 Gbit/s, where a segment takes milliseconds to send and a queue seconds
+  to drain: 1 ms there times out before the first data ACK returns, and every spurious
+  timeout resends a window), clock granularity 1 us; an ACK for every second segment, or
+  after 20 us (Linux's 40 ms would stall a window at 100 Gbit/s);
 - CUBIC (Linux's, and ns-3 3.44's default), SACK, timestamps, window scaling, an initial
   window of 10 segments, no Nagle (hostlib's TcpPeers sets TCP_NODELAY);
 - connection set-up retries every 10 ms (set-up is before the allreduce's clock starts).
@@ -74,6 +77,17 @@ class TcpSettings:
             f"buffers {buffer_bytes / 2**20:g} MiB, min RTO {self.min_rto_ps / 1e9:g} ms, "
             f"ACK every {self.delack_count} segments or {self.delack_timeout_ps / 1e6:g} us"
         )
+
+
+SLOW_LINK_BPS = 1e9  # below this, Linux's minimum retransmission timeout (`min_rto_for`)
+LINUX_MIN_RTO_PS = PS_PER_S // 5  # 200 ms
+
+
+def min_rto_for(slowest_bps: float) -> int:
+    """The minimum retransmission timeout for a network whose slowest link runs at
+    `slowest_bps` (picoseconds): 1 ms from 1 Gbit/s up (a datacentre's), Linux's 200 ms
+    below (the module's docstring)."""
+    return TcpSettings.min_rto_ps if slowest_bps >= SLOW_LINK_BPS else LINUX_MIN_RTO_PS
 
 
 def buffer_for(settings: TcpSettings, bdp_bytes: float) -> int:

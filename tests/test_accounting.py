@@ -375,3 +375,15 @@ def test_a_full_libpcap_ring_is_counted_from_outside_the_process() -> None:
             dump.kill()
             dump.wait(5)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_run_shorter_than_a_tick_still_has_the_machine_share() -> None:
+    """`/proc/stat` moves once a tick: a window between two equal samples is widened to the
+    samples around it that moved, not reported as unmeasured."""
+    from inaemu.runs.accounting import _machine_share
+
+    samples = [(0.0, 10.0, 20.0), (1.0, 10.0, 20.0), (1.001, 10.0, 20.0), (2.0, 13.0, 24.0)]
+    assert _machine_share(samples, 1.0002, 1.0008) == pytest.approx(3 / 4)
+    assert _machine_share(samples, 1.5, 2.0) == pytest.approx(3 / 4)
+    assert _machine_share(samples[:1], 0.0, 1.0) is None
+    assert _machine_share(samples[:3], 0.5, 0.9) is None  # nothing moved at all

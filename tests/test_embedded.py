@@ -125,7 +125,7 @@ def test_one_table_for_every_network() -> None:
         retransmissions=1,
     )  # fmt: skip
     row.within_bound = True
-    skipped = Row.skip("hdrm", 1000, "fixedpoint", "hdrm does not run on a star")
+    skipped = Row.skip("hdrm", 1000, "fixedpoint", "hdrm does not run on a star topology")
     lines = render_table([row, skipped], TABLE)
     assert lines[0].split()[:3] == ["algorithm", "size", "steps"]
     assert lines[1].split()[:4] == ["ring", "1,000", "2", "0.500"]

@@ -116,8 +116,8 @@ def test_link_options_become_tclink_parameters() -> None:
 def test_algorithm_registry() -> None:
     names = {"ina", "ina-1tree", "ring", "hd", "hdrm", "multitree", "ps", "ring2d", "dtree"}
     assert names | {"gloo"} <= set(ALGORITHMS)
-    assert getattr(algorithm("ina"), "trees", None) == 0
-    assert getattr(algorithm("ina-1tree"), "trees", None) == 1
+    assert algorithm("ina").facts.trees == 0
+    assert algorithm("ina-1tree").facts.trees == 1
     with pytest.raises(ValueError, match=r"unknown algorithm 'rings'.*ina, ina-1tree"):
         algorithm("rings")
 
@@ -127,14 +127,23 @@ def test_algorithm_registry() -> None:
     with pytest.raises(ValueError, match="taken"):
         register(Again)
 
-    class Ring(Algorithm):
+    class Unknown(Algorithm):
         name = "test-ring"
 
+    with pytest.raises(ValueError, match=r"'test-ring' has no facts in runs/algorithms.py"):
+        register(Unknown)
+
+    class Ps(Algorithm):  # a runner of its own for an algorithm runs.algorithms knows
+        name = "ps"
+
+    saved = dict(ALGORITHMS)
+    del ALGORITHMS["ps"]
     try:
-        register(Ring)
-        assert isinstance(algorithm("test-ring"), Ring)
+        register(Ps)
+        assert isinstance(algorithm("ps"), Ps) and algorithm("ps").facts.name == "ps"
     finally:
-        del ALGORITHMS["test-ring"]
+        ALGORITHMS.clear()
+        ALGORITHMS.update(saved)  # in its order
 
 
 def test_expected_results() -> None:
