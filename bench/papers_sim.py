@@ -281,10 +281,7 @@ def eflops_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, Any
                 f"{fmt_x(row['leaf_spine_over_hdrm'])} |"
             )
     ratios = [
-        x
-        for r in table
-        for x in (r["hd_over_hdrm"], r["leaf_spine_over_hdrm"])
-        if x is not None
+        x for r in table for x in (r["hd_over_hdrm"], r["leaf_spine_over_hdrm"]) if x is not None
     ]
     largest = max(ratios, default=None)
     lines += ["", f"largest ratio over HDRM: {fmt_x(largest)} (paper: up to 6.08x)"]
