@@ -99,7 +99,7 @@ def plan(paper: str, quick: bool) -> list[Sim]:
         algos = ("ring", "ring2d", "dtree", "multitree")
         if quick:
             return [Sim(paper, "main", "torus:4x4", algos, (4 * KIB, 64 * KIB), MULTITREE_LINKS)]
-        sizes = (4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, 1024 * KIB)  # 16 KB to 4 MB per node
+        sizes: tuple[int, ...] = (4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, 1024 * KIB)  # 16 KB-4 MB
         weak = ("ring", "ring2d", "multitree")
         return [
             Sim(paper, "main", "torus:8x8", algos, sizes, MULTITREE_LINKS),
@@ -305,17 +305,18 @@ def ina_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, Any]]:
     for o in sorted(outcomes, key=lambda o: _nodes(o.sim.topo)):
         for size in o.sim.sizes:
             t = {a: o.seconds(a, size) for a in algos}
-            hosts_best = [t[a] for a in ("ring", "hd", "multitree") if t[a] is not None]
-            row = {
+            hosts_best = [x for a in ("ring", "hd", "multitree") if (x := t[a]) is not None]
+            ring_x = ratio(t["ring"], t["ina"])
+            best_x = ratio(min(hosts_best), t["ina"]) if hosts_best else None
+            row: dict[str, Any] = {
                 "hosts": _nodes(o.sim.topo), "topo": o.sim.topo, "size": size, **t,
-                "ring_over_ina": ratio(t["ring"], t["ina"]),
-                "best_over_ina": ratio(min(hosts_best, default=None), t["ina"]),
+                "ring_over_ina": ring_x, "best_over_ina": best_x,
             }  # fmt: skip
             table.append(row)
             lines.append(
                 f"| {row['hosts']} | {o.sim.topo} | {size_bytes(size)} | "
                 + " | ".join(fmt_s(t[a]) for a in algos)
-                + f" | {fmt_x(row['ring_over_ina'])} | {fmt_x(row['best_over_ina'])} |"
+                + f" | {fmt_x(ring_x)} | {fmt_x(best_x)} |"
             )
     return lines, {"rows": table}
 

@@ -40,7 +40,6 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.common import args as arg
-from inaemu.hostlib.worker import expected_sum, worker_input
 from inaemu.mininet import debian
 from inaemu.mininet.algo_run import natural, row_of, run_algorithm
 from inaemu.mininet.algos import CODECS, Algorithm, RunSpec, algorithm
@@ -53,7 +52,7 @@ from inaemu.mininet.scenario import (
     ScenarioError,
     link_shaping,
 )
-from inaemu.runs.compare import LinkUse, Truth
+from inaemu.runs.compare import LinkUse, truth
 from inaemu.topology.builders import from_spec
 from inaemu.topology.model import Topology, TopologyError
 
@@ -93,18 +92,6 @@ class Warm(Algorithm):
     ) -> list[str]:
         argv = [*self.inner.worker_argv(sc, spec, rank, host, out), "--repeat", str(REPEAT)]
         return argv + (["--density", repr(self.density)] if self.density < 1.0 else [])
-
-
-def truth_at(codec: str, seed: int, n: int, size: int, density: float, *, exact: bool) -> Truth:
-    """What every worker's result is checked against (`run.truth`, with a density)."""
-    sum64 = np.zeros(size, np.float64)
-    abs_sum = np.zeros(size, np.float64)
-    for rank in range(n):
-        x = worker_input(seed, rank, size, density, codec).astype(np.float64)
-        sum64 += x
-        abs_sum += np.abs(x)
-    want = expected_sum(seed, n, size, density, codec) if exact else None
-    return Truth(size, sum64, abs_sum, want)
 
 
 def halved(uses: list[LinkUse]) -> list[LinkUse]:
@@ -219,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         warm = r.algo
         assert isinstance(warm, Warm)
         codec = r.spec.codec
-        t = truth_at(
+        t = truth(
             codec,
             args.seed,
             len(workers),
             r.spec.size,
-            warm.density,
             exact=warm.check(codec) == "exact",
+            density=warm.density,
         )
         r.links = halved(r.links)
         row, _, how = row_of(r, t, bandwidths)

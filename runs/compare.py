@@ -198,12 +198,13 @@ class Truth:
     exact: npt.NDArray[Any] | None  # `expected_sum`, if an algorithm checks "exact"
 
 
-def truth(codec: str, seed: int, n: int, size: int, *, exact: bool) -> Truth:
-    """The truth of the inputs `hostlib.worker.worker_input(seed, rank, size)` of n workers
-    (generated one at a time: the float sums need no more)."""
-    arrays = (worker_input(seed, rank, size, codec=codec) for rank in range(n))
+def truth(codec: str, seed: int, n: int, size: int, *, exact: bool, density: float = 1.0) -> Truth:
+    """The truth of the inputs `hostlib.worker.worker_input(seed, rank, size, density)` of n
+    workers (generated one at a time: the float sums need no more)."""
+    arrays = (worker_input(seed, rank, size, density, codec) for rank in range(n))
     sum64, abs_sum = _sums(arrays, size)
-    return Truth(size, sum64, abs_sum, expected_sum(seed, n, size, codec=codec) if exact else None)
+    want = expected_sum(seed, n, size, density, codec) if exact else None
+    return Truth(size, sum64, abs_sum, want)
 
 
 def truth_of(inputs: Sequence[npt.NDArray[Any]], codec: str, *, exact: bool) -> Truth:

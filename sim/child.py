@@ -6,9 +6,9 @@ writes one JSON line per event on its stdout: `{"progress": text}` while a run g
 that reaches file descriptor 1 (ns-3 or cling writing there) goes to stderr instead. An ns-3
 assertion aborts this process, not `inaemu sim`, which then says so in one line.
 
-Each run's inputs are `hostlib.worker.worker_input(seed, rank, size)`, with seed = the task's
-seed plus its repeat minus 1, so that repeats differ (a simulation is deterministic: the same
-seed gives the same run); the same seed drives the links' loss.
+Each run's inputs are `hostlib.worker.worker_input(seed, rank, size, density)`, with seed =
+the task's seed plus its repeat minus 1, so that repeats differ (a simulation is
+deterministic: the same seed gives the same run); the same seed drives the links' loss.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class Task:
     ina: InaSettings
     tcp: dict[str, Any] = field(default_factory=dict)
     limit: float = 3600.0  # wall seconds the run may take
+    density: float = 1.0  # the inputs' share of non-zero elements
     progress: float = 10.0  # wall seconds between progress lines (0: none)
 
     @property
@@ -131,8 +132,9 @@ def run_task(ns3: Ns3, task: Task, emit: Callable[[dict[str, Any]], None]) -> di
     facts = algorithms.algorithm(task.algo)
     check = facts.check(task.codec)
     n = len(task.workers)
-    inputs = [worker_input(task.run_seed, r, task.size, codec=task.codec) for r in range(n)]
-    t = truth(task.codec, task.run_seed, n, task.size, exact=check == "exact")
+    seed, size, density = task.run_seed, task.size, task.density
+    inputs = [worker_input(seed, r, size, density, task.codec) for r in range(n)]
+    t = truth(task.codec, seed, n, size, exact=check == "exact", density=density)
     sim = Simulation(ns3)
     link = dataclasses.replace(task.link, seed=task.run_seed)
     try:

@@ -188,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--seed", type=arg.SEED, default=1, help="inputs and loss: the first run's seed (1)"
     )
+    ap.add_argument(
+        "--density",
+        type=arg.DENSITY,
+        default=1.0,
+        help="the inputs' share of non-zero elements, as a gradient's (1: dense; the sketch "
+        "codec's cost follows it)",
+    )
     link = ap.add_argument_group("links")
     link.add_argument(
         "--rate", type=_rate, default=DEFAULTS["rate"], help="every link (default 100G)"
@@ -391,6 +398,7 @@ def _tasks(
                         "min_rto_ps": args.tcp_min_rto,
                     },
                     limit=args.limit,
+                    density=args.density,
                     progress=args.progress,
                 )
                 out.append(task.to_json())
@@ -565,7 +573,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         f"{PROG}: {label} ({len(workers)} workers, {len(topo.switches)} switches), "
         f"{spec.describe()}; node ports {args.node_ports}; {len(tasks)} run(s) of "
         f"{', '.join(names)} at {', '.join(size_label(s) for s in args.sizes)} elements, "
-        f"codec {args.codec}, seed {args.seed}; INA window {args.window}, data plane "
+        f"codec {args.codec}, density {args.density:g}, seed {args.seed}; "
+        f"INA window {args.window}, data plane "
         f"{args.dataplane}, switch latency {args.switch_latency / 1e6:g} us, host poll "
         f"{args.host_poll / 1e6:g} us; TCP MTU {args.mtu}"
         + (", ECMP" if args.ecmp else ", the controller's routes")
@@ -685,6 +694,7 @@ def _write(
         },
         "codec": args.codec,
         "seed": args.seed,
+        "density": args.density,
         "clock": "simulated",
         "rows": [r.to_json() for r in rows],
     }

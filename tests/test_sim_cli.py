@@ -47,7 +47,9 @@ def sim(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         (["--algo", "ina,ina"], "name each algorithm once"),
         (["--algo", "warp"], "unknown algorithm 'warp'"),
         (["--algo", "hdrm"], "hdrm does not run on a star topology"),
-        (["--mtu", "4000"], "invalid choice"),
+        (["--mtu", "200"], "MTU 200: use 308 (segments of 256 B) to 9000"),
+        (["--mtu", "jumbo"], "'jumbo': an MTU in bytes, 308 to 9000"),
+        (["--density", "0"], "--density"),
         (["--codec", "plain"], "ina does not run codec plain"),
         (["--topo", "star:64", "--size", "256M"], "needs about"),
     ],
@@ -105,6 +107,25 @@ def test_every_algorithm_on_one_network(tmp_path: Path) -> None:
     assert rows["ring2d"]["seconds"] < rows["ring"]["seconds"] and rows["ring2d"]["steps"] == 8
     assert rows["dtree"]["steps"] == len(algorithm("dtree").schedule(from_spec("torus:3x3")).steps)
     assert rows["ring"]["steps"] == 16 and rows["ring"]["retransmissions"] == 0
+
+
+@NEEDS_NS3
+def test_inputs_at_a_gradient_density(tmp_path: Path) -> None:
+    """--density: the workers' inputs as sparse as a gradient; the sketch sends less where
+    fewer elements are non-zero, fixed point the same, every result checked bit for bit."""
+    sent = {}
+    for codec, density in (("sketch", 0.05), ("sketch", 1.0), ("fixedpoint", 0.05)):
+        run = tmp_path / f"{codec}-{density}"
+        proc = sim("--topo", "star:4", "--algo", "ina", "--size", "64K", "--codec", codec,
+                   "--density", str(density), "--run-dir", str(run))  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["density"] == density and f"density {density:g}" in proc.stdout
+        (row,) = summary["rows"]
+        assert row["verified"] and row["exact"]
+        sent[codec, density] = row["host_sent_max"]
+    assert sent["sketch", 0.05] < sent["sketch", 1.0] / 3
+    assert sent["sketch", 0.05] < sent["fixedpoint", 0.05] / 3
 
 
 @NEEDS_NS3
