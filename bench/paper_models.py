@@ -32,10 +32,12 @@ FLOAT32_BYTES = 4
 
 @dataclass(frozen=True)
 class Tensor:
-    """One trainable parameter tensor: a name and its shape."""
+    """One trainable parameter tensor: a name, its shape, and whether it is a lookup table
+    (an embedding, whose gradient has non-zero rows only for the ids a batch looks up)."""
 
     name: str
     shape: tuple[int, ...]
+    lookup: bool = False
 
     @property
     def numel(self) -> int:
@@ -65,7 +67,7 @@ def norm(name: str, c: int) -> list[Tensor]:
 
 
 def embedding(name: str, rows: int, dim: int) -> list[Tensor]:
-    return [Tensor(f"{name}.weight", (rows, dim))]
+    return [Tensor(f"{name}.weight", (rows, dim), lookup=True)]
 
 
 def lstm(name: str, fin: int, hidden: int) -> list[Tensor]:
@@ -301,6 +303,13 @@ class Model:
     def gradient_bytes(self) -> int:
         """The all-reduce of one iteration: every parameter's float32 gradient."""
         return FLOAT32_BYTES * self.params
+
+    @property
+    def min_density(self) -> float:
+        """A lower bound of one worker's gradient density (non-zero share): every parameter
+        outside the lookup tables has a (dense) gradient every iteration; a table's rows only
+        where the batch looks them up, which depends on the batch and the data."""
+        return 1.0 - count(t for t in self.tensors if t.lookup) / self.params
 
 
 MODELS: Mapping[str, Model] = {

@@ -177,3 +177,15 @@ def test_iteration_at_least_each_part_and_at_most_their_sum(
     assert t <= compute + comm
     lo, hi = sorted((f, g))
     assert pm.iteration_seconds(compute, comm, hi) <= pm.iteration_seconds(compute, comm, lo)
+
+
+def test_density_bounds_from_the_lookup_tables() -> None:
+    """Dense models have density 1; the embedding-heavy ones a bound from their tables."""
+    for key in ("alexnet", "vgg16", "vgg19", "resnet50"):
+        assert pm.MODELS[key].min_density == 1.0
+    ncf = pm.MODELS["ncf"]
+    assert ncf.min_density == pytest.approx(107_073 / 31_832_577)  # the MLP and final layer
+    bert = pm.MODELS["bert_base"]
+    tables = (30522 + 512 + 2) * 768
+    assert bert.min_density == pytest.approx(1 - tables / 109_482_240)
+    assert 0.77 < pm.MODELS["lstm"].min_density < 0.78  # 15M of 66M in the embedding
