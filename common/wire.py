@@ -61,6 +61,13 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
 
+def worker_udp_port(first: int | None, local_rank: int) -> int:
+    """The UDP port local rank `local_rank` of a machine sends from and gets its results at:
+    the machine's `udp_port` in topology.json (None: the INA port) plus its local rank. The
+    switch tells the workers behind one port apart by it (docs/protocol.md, section 4)."""
+    return (INA_UDP_PORT if first is None else first) + local_rank
+
+
 class Flag(enum.IntFlag):
     RESULT = 0x1  # set by a switch on a final result
     RETX = 0x2  # a retransmission

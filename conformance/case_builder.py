@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.common.wire import (
+    INA_UDP_PORT,
     INA_VERSION,
     INT32_MAX,
     INT32_MIN,
@@ -165,13 +166,16 @@ class Case:
             epoch=epoch,
         )
 
-    def child(self, job: int, tree: int, port: int, index: int) -> None:
+    def child(self, job: int, tree: int, port: int, index: int, udp: int = INA_UDP_PORT) -> None:
+        """Child `index` of (job, tree): what arrives on `port` from UDP port `udp` (a worker's
+        own; a switch below sends from the INA port)."""
         self.add(
             CHILD_TABLE,
             [
                 ("hdr.ina.job_id", job),
                 ("hdr.ina.tree_id", tree),
                 ("standard_metadata.ingress_port", port),
+                ("udp_port", udp),
             ],
             "InaIngress.agg.set_child",
             index=index,
@@ -239,7 +243,8 @@ def star(
         case.child(job, tree, p, i)
         if host_entries:
             case.to_host(p, host(p), agg)
-    case.mcast(mgid, mgid - 1, ports)
+    # as the controller installs a job: each worker's copy has its UDP port for instance
+    case.mcast(mgid, mgid - 1, ports, rid=INA_UDP_PORT)
     return ports
 
 
@@ -251,15 +256,18 @@ def result_to(
     contrib: int,
     overflow: bool = False,
     agg: Endpoint = SWITCH,
+    udp: int | None = INA_UDP_PORT,
 ) -> Ina:
     """The result copy the switch sends out host port `port` after `last` completed the slot:
-    to the host's MAC and IP, from the aggregation address `agg` (the port's to_host entry)."""
+    to the host's MAC and IP, from the aggregation address `agg` (the port's to_host entry)
+    and the INA UDP port, to UDP port `udp`: the copy's replica instance (the worker's port),
+    or a retransmission's source port (None: the port `last` was sent to, for a replica of
+    instance 0)."""
     flags = int(Flag.RESULT) | (int(Flag.OVERFLOW) if overflow else 0)
-    # The UDP ports stay the last sender's (47500 both); the rest of the header is rewritten.
     return replace(
         last,
-        src=Endpoint(agg.mac, agg.ip, last.src.udp_port),
-        dst=Endpoint(host(port).mac, host(port).ip, last.dst.udp_port),
+        src=Endpoint(agg.mac, agg.ip, INA_UDP_PORT),
+        dst=Endpoint(host(port).mac, host(port).ip, last.dst.udp_port if udp is None else udp),
         values=lanes_of(values),
         flags=flags,
         contrib=contrib,

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from inaemu.common.wire import (
+    INA_UDP_PORT,
     INT32_MAX,
     INT32_MIN,
     Endpoint,
@@ -669,6 +670,100 @@ the TTL and fixes the checksum. No route, TTL 1 and non-IPv4 frames are dropped 
     return c
 
 
+def rank(port: int, udp: int) -> Endpoint:
+    """A worker behind host port `port` (its host's addresses) sending from UDP port `udp`."""
+    h = host(port)
+    return Endpoint(h.mac, h.ip, udp)
+
+
+def case_ranks_per_port() -> Case:
+    c = Case(
+        "ranks_per_port",
+        """
+Several workers behind one port (docs/protocol.md, section 4): a machine on port 1 runs two
+ranks, on UDP ports 47500 and 47501, a machine on port 2 one; the job has three children,
+(port, UDP port) each, and a multicast replica per worker whose instance is its UDP port.
+Each rank's contribution counts once, a rank's copy before completion is a duplicate of its
+own and not of the other's; a sender from a UDP port the job does not know is NOT_MEMBER.
+The result reaches every worker at its own UDP port (two copies out of port 1), from the
+INA port; a retransmission from UDP port 47501 is answered to 47501.""",
+    )
+    c.job(1, 0, base=0, pool=4, fanin=3, mgid=1)
+    children = [(1, 47500), (1, 47501), (2, INA_UDP_PORT)]
+    for i, (port, udp) in enumerate(children):
+        c.child(1, 0, port, i, udp)
+    for p in (1, 2):
+        c.to_host(p, host(p))
+    c.lines.append("mc_mgrp_create 1")
+    c.lines.append("mc_node_create 47500 1 2")
+    c.lines.append("mc_node_create 47501 1")
+    c.lines.append("mc_node_associate 1 0")
+    c.lines.append("mc_node_associate 1 1")
+    pkts = [
+        Ina(rank(port, udp), SWITCH, (i + 1, 10 * (i + 1)), seq=12, slot=3)
+        for i, (port, udp) in enumerate(children)
+    ]
+    c.comment("a third process on machine 1, from UDP port 47502: not a member")
+    c.packet(1, replace(pkts[0], src=rank(1, 47502)))
+    c.packet(1, pkts[0])
+    c.comment("rank 0 again before completion: its own duplicate")
+    c.packet(1, replace(pkts[0], flags=int(Flag.RETX)))
+    c.packet(1, pkts[1])
+    c.packet(2, pkts[2])
+    total = (6, 60)
+    c.expect(1, result_to(1, pkts[2], total, contrib=3, udp=47500))
+    c.expect(2, result_to(2, pkts[2], total, contrib=3, udp=INA_UDP_PORT))
+    c.expect(1, result_to(1, pkts[2], total, contrib=3, udp=47501))
+    c.comment("rank 1 of machine 1 lost its copy: the reply goes to its UDP port")
+    retx = replace(pkts[1], flags=int(Flag.RETX), values=(0, 0))
+    c.packet(1, retx)
+    c.expect(1, result_to(1, retx, total, contrib=3, udp=47501))
+    c.drops(DropReason.NOT_MEMBER, 1)
+    c.drops(DropReason.DUPLICATE, 1)
+    c.events(Event.CONTRIBUTION, 3)
+    c.events(Event.COMPLETE_ROOT, 1)
+    c.events(Event.RETX_REPLY, 1)
+    return c
+
+
+def case_ranks_per_port_leaf() -> Case:
+    c = Case(
+        "ranks_per_port_leaf",
+        """
+Two workers behind one port of a leaf (non-root) switch, on UDP ports 47501 and 47502, its
+parent on port 3. The partial goes up from the INA UDP port 47500, whichever rank was last,
+so that the parent knows the leaf by (port, 47500); so does its re-sent partial. The
+parent's RESULT reaches each rank at its own UDP port (two copies out of port 1).""",
+    )
+    c.job(1, 0, base=0, pool=4, fanin=2, mgid=1, root=False, parent_port=3)
+    for i, udp in enumerate((47501, 47502)):
+        c.child(1, 0, 1, i, udp)
+    c.to_host(1, host(1))
+    c.lines.append("mc_mgrp_create 1")
+    c.lines.append("mc_node_create 47501 1")
+    c.lines.append("mc_node_create 47502 1")
+    c.lines.append("mc_node_associate 1 0")
+    c.lines.append("mc_node_associate 1 1")
+    pkts = [
+        Ina(rank(1, udp), SWITCH, (i + 1, -(i + 1)), seq=8) for i, udp in enumerate((47501, 47502))
+    ]
+    c.packet(1, pkts[0])
+    c.packet(1, pkts[1])
+    up = replace(pkts[1], src=rank(1, INA_UDP_PORT), values=(3, -3), contrib=2, udp_csum=0)
+    c.expect(3, up)
+    c.comment("the partial was lost upstream; rank 0 retransmits: re-sent from the INA port")
+    c.packet(1, replace(pkts[0], flags=int(Flag.RETX)))
+    c.expect(3, replace(up, flags=int(Flag.RETX), contrib=2))
+    result = Ina(host(9), SWITCH, (30, -30), seq=8, flags=int(Flag.RESULT), contrib=5, udp_csum=0)
+    c.packet(3, result)
+    for udp in (47501, 47502):
+        c.expect(1, result_to(1, result, (30, -30), contrib=5, udp=udp))
+    c.events(Event.COMPLETE_UP, 1)
+    c.events(Event.RETX_UP, 1)
+    c.events(Event.PARENT_RESULT, 1)
+    return c
+
+
 BURST = 600
 
 
@@ -677,8 +772,9 @@ def case_burst() -> Case:
         "burst",
         """
 One result replicated 600 times onto one port (600 multicast nodes, replication ids 0..599):
-all 600 copies leave. bmv2's egress queues hold 64 packets by default; the bmv2 target raises
-the depth, as a switch's buffer would hold such a burst.""",
+all 600 copies leave, copy r to UDP port r (instance 0 keeps the port the packet was sent
+to). bmv2's egress queues hold 64 packets by default; the bmv2 target raises the depth, as a
+switch's buffer would hold such a burst.""",
     )
     c.job(1, 0, base=0, pool=1, fanin=1, mgid=1)
     c.child(1, 0, 1, 0)
@@ -689,8 +785,8 @@ the depth, as a switch's buffer would hold such a burst.""",
         c.lines.append(f"mc_node_associate 1 {rid}")
     pkt = Ina(host(1), SWITCH, (7, 8, 9), seq=3)
     c.packet(1, pkt)
-    for _ in range(BURST):
-        c.expect(1, result_to(1, pkt, (7, 8, 9), contrib=1))
+    for rid in range(BURST):  # a copy of instance 0 keeps its UDP port, the others go to it
+        c.expect(1, result_to(1, pkt, (7, 8, 9), contrib=1, udp=rid or None))
     c.counter("InaEgress.counters.port_tx", 1, BURST)
     return c
 
@@ -772,4 +868,6 @@ CASES = [
     case_loss(),
     case_count_wrap(),
     case_burst(),
+    case_ranks_per_port(),
+    case_ranks_per_port_leaf(),
 ]

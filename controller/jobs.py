@@ -125,7 +125,9 @@ def add_tree_node(
 ) -> None:
     """The entries that make `node` one switch of tree `tree` of the job: its ina_job entry
     (pool, fan-in, group, root or parent port, this installation's epoch), one ina_child entry
-    per child (child index = position) and the multicast group to its children."""
+    per child (child index = position; a child is its port and UDP source port) and the
+    multicast group to its children: a copy per child, whose instance is a worker's UDP port
+    (the egress rewrite sends the copy there), 0 for a switch below."""
     base, size = pool
     if not 0 <= epoch <= MAX_EPOCH:
         raise JobError(f"epoch {epoch} does not fit 16 bits")
@@ -137,9 +139,13 @@ def add_tree_node(
             (base, size, len(node.child_ports), mgid, int(node.is_root), node.parent_port, epoch),
         )
     )
-    for index, port in enumerate(node.child_ports):
-        plan.tables.append(TableWrite(CHILD_TABLE, (job_id, tree, port), "set_child", (index,)))
-    plan.groups.append(MulticastGroup(mgid, tuple(node.child_ports)))
+    children = node.children()
+    for index, (port, udp) in enumerate(children):
+        plan.tables.append(
+            TableWrite(CHILD_TABLE, (job_id, tree, port, udp), "set_child", (index,))
+        )
+    replicas = tuple((port, udp if port in node.host_ports else 0) for port, udp in children)
+    plan.groups.append(MulticastGroup(mgid, replicas))
 
 
 def host_rewrite(port: int, mac: str, ip: str, agg_mac: str, agg_ip: str) -> TableWrite:

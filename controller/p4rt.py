@@ -224,7 +224,7 @@ class Controller:
         for w in plan.tables:
             out.append(self._table_entry(w))
         for g in plan.groups:
-            out.append(fy.P4MulticastGroupEntry(g.mgid, replicas=list(g.ports)))
+            out.append(fy.P4MulticastGroupEntry(g.mgid, replicas=list(g.replicas)))
         return out
 
     def _table_entry(self, w: TableWrite) -> fy.P4TableEntry:
@@ -413,7 +413,12 @@ class Controller:
                 if row.counter_data is None or row.match is None:
                     continue
                 m = dict(row.match)
-                key = (int(m["job_id"]), int(m["tree_id"]), int(m["ingress_port"]))
+                key = (
+                    int(m["job_id"]),
+                    int(m["tree_id"]),
+                    int(m["ingress_port"]),
+                    int(m["udp_port"]),
+                )
                 counters.children[key] = (
                     row.counter_data.packet_count,
                     row.counter_data.byte_count,

@@ -2,16 +2,18 @@
 switch and port, and per link between switches, each way.
 
 bmv2's P4Runtime server cannot read registers, so statistics come from counters only:
-`ina_child_stats` (direct, per job, tree and ingress port), `ina_drops`, `ina_events`,
-`port_rx`, `port_tx`. A link's traffic comes from the topology and the port counters of its
-two ends: what one end sent (`port_tx`) and what the other counted arriving (`port_rx`,
-before loss injection drops anything); the two differ by what the link lost on the way.
+`ina_child_stats` (direct, per job, tree and child: ingress port and UDP source port),
+`ina_drops`, `ina_events`, `port_rx`, `port_tx`. A link's traffic comes from the topology and
+the port counters of its two ends: what one end sent (`port_tx`) and what the other counted
+arriving (`port_rx`, before loss injection drops anything); the two differ by what the link
+lost on the way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inaemu.common.wire import worker_udp_port
 from inaemu.controller.jobs import JobRecord
 from inaemu.p4.constants import DropReason, Event
 from inaemu.topology.model import Topology
@@ -21,7 +23,8 @@ from inaemu.topology.model import Topology
 class SwitchCounters:
     switch: str
     indexed: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # alias, index
-    children: dict[tuple[int, int, int], tuple[int, int]] = field(default_factory=dict)
+    # (job, tree, ingress port, UDP source port) -> (packets, bytes): one per child
+    children: dict[tuple[int, int, int, int], tuple[int, int]] = field(default_factory=dict)
 
     def packets(self, counter: str, index: int) -> int:
         return self.indexed.get((counter, index), (0, 0))[0]
@@ -54,24 +57,25 @@ class StatsReport:
     switches: dict[str, SwitchCounters] = field(default_factory=dict)
 
     def job_ports(self, job_id: int) -> list[tuple[str, int, str, int, int]]:
-        """(switch, port, what is behind it, packets, bytes) for the job's children."""
-        record = self.jobs.get(job_id)
+        """(switch, port, what is behind it, packets, bytes) for the job's children: a host,
+        one of a host's ranks (`m1 rank 1`), or a switch's port (`s2:3`)."""
         rows = []
         for sw, counters in sorted(self.switches.items()):
-            per_port: dict[int, tuple[int, int]] = {}
-            for (job, _tree, port), (p, b) in counters.children.items():
+            per_child: dict[tuple[int, int], tuple[int, int]] = {}
+            for (job, _tree, port, udp), (p, b) in counters.children.items():
                 if job == job_id:
-                    op, ob = per_port.get(port, (0, 0))
-                    per_port[port] = (op + p, ob + b)
-            for port, (p, b) in sorted(per_port.items()):
-                peer = self._peer(sw, port, record)
-                rows.append((sw, port, peer, p, b))
+                    op, ob = per_child.get((port, udp), (0, 0))
+                    per_child[(port, udp)] = (op + p, ob + b)
+            for (port, udp), (p, b) in sorted(per_child.items()):
+                rows.append((sw, port, self._peer(sw, port, udp), p, b))
         return rows
 
-    def _peer(self, switch: str, port: int, record: JobRecord | None) -> str:
-        for host in self.topology.hosts:
-            if self.topology.host_attachment(host) == (switch, port):
-                return host
+    def _peer(self, switch: str, port: int, udp: int) -> str:
+        for name, host in self.topology.hosts.items():
+            if self.topology.host_attachment(name) == (switch, port):
+                if host.ranks == 1:
+                    return name
+                return f"{name} rank {udp - worker_udp_port(host.udp_port, 0)}"
         peer = self.topology.switch_neighbours(switch).get(port)
         return f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -109,9 +113,13 @@ class StatsReport:
         lines: list[str] = []
         for job_id in sorted(self.jobs):
             lines.append(f"job {job_id}: packets in from each child")
-            lines.append(f"  {'switch':<8} {'port':>4}  {'from':<10} {'packets':>10} {'bytes':>12}")
-            for sw, port, peer, p, b in self.job_ports(job_id):
-                lines.append(f"  {sw:<8} {port:>4}  {peer:<10} {p:>10} {b:>12}")
+            rows = self.job_ports(job_id)
+            w = max([10, *(len(peer) for _, _, peer, _, _ in rows)])
+            lines.append(
+                f"  {'switch':<8} {'port':>4}  {'from':<{w}} {'packets':>10} {'bytes':>12}"
+            )
+            for sw, port, peer, p, b in rows:
+                lines.append(f"  {sw:<8} {port:>4}  {peer:<{w}} {p:>10} {b:>12}")
         for name, c in sorted(self.switches.items()):
             drops = c.drops()
             rx, tx = self.switch_packets(name)

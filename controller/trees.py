@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inaemu.common.wire import MAX_FANIN
+from inaemu.common.wire import INA_UDP_PORT, MAX_FANIN, worker_udp_port
 from inaemu.topology.model import Topology, TopologyError
 
 PortEnd = tuple[str, int]  # (switch, port)
@@ -62,13 +62,36 @@ class TreeError(ValueError):
 
 @dataclass
 class TreeNode:
-    """One switch's role in one aggregation tree."""
+    """One switch's role in one aggregation tree. Its children, in child-index order, are
+    its workers (a host's ranks one after another, on the host's port, each from its own UDP
+    port) and then the switches below it (each on its own port, from the INA port)."""
 
     switch: str
     is_root: bool = False
     parent_port: int = 0
     child_ports: list[int] = field(default_factory=list)  # child index = position
     host_ports: dict[int, str] = field(default_factory=dict)  # child ports leading to workers
+    # the UDP port each child sends from, by child index ([]: the INA port for every child)
+    child_udp_ports: list[int] = field(default_factory=list)
+
+    def children(self) -> list[tuple[int, int]]:
+        """(switch port, UDP source port) of each child, in child-index order: what the
+        switch knows a child by (ina_child's key)."""
+        udp = self.child_udp_ports or [INA_UDP_PORT] * len(self.child_ports)
+        if len(udp) != len(self.child_ports):
+            raise TreeError(
+                f"switch {self.switch!r}: {len(self.child_ports)} child ports but "
+                f"{len(udp)} UDP ports"
+            )
+        return list(zip(self.child_ports, udp, strict=True))
+
+    def host_children(self) -> dict[int, list[int]]:
+        """Host port -> the UDP ports of the workers behind it, in child-index order."""
+        out: dict[int, list[int]] = {}
+        for port, udp in self.children():
+            if port in self.host_ports:
+                out.setdefault(port, []).append(udp)
+        return out
 
 
 def _link(a: str, a_port: int, b: str, b_port: int) -> LinkKey:
@@ -126,6 +149,7 @@ def auto_tree_count(topo: Topology, workers: Sequence[str], pool_size: int) -> i
 class _Builder:
     def __init__(self, topo: Topology, workers: Sequence[str], roots: Sequence[str]) -> None:
         self.adj = topo.adjacency()
+        self.hosts = topo.hosts
         self.homes = worker_switches(topo, workers)
         self.targets = set(self.homes)
         self.roots = list(roots)
@@ -291,12 +315,16 @@ class _Builder:
             nodes = {sw: TreeNode(sw, is_root=up is None) for sw, up in parents.items()}
             for sw, node in nodes.items():
                 for port, host in self.homes.get(sw, []):
-                    node.child_ports.append(port)
+                    h = self.hosts[host]
+                    for rank in range(h.ranks):
+                        node.child_ports.append(port)
+                        node.child_udp_ports.append(worker_udp_port(h.udp_port, rank))
                     node.host_ports[port] = host
             for sw, up in sorted(parents.items(), key=lambda kv: (kv[1] or ("", 0, 0))[2]):
                 if up is not None:
                     nodes[sw].parent_port = up[1]
                     nodes[up[0]].child_ports.append(up[2])
+                    nodes[up[0]].child_udp_ports.append(INA_UDP_PORT)
             for node in nodes.values():
                 if len(node.child_ports) > MAX_FANIN:
                     raise TreeError(

@@ -29,8 +29,18 @@ class TableWrite:
 
 @dataclass(frozen=True)
 class MulticastGroup:
+    """A multicast group: one copy per replica, (egress port, instance). The instance is the
+    copy's egress_rid: for a worker behind a host port, its UDP port, which the egress rewrite
+    sends the copy to (several workers behind one port get a copy each); 0 for a switch port
+    (the copy keeps its UDP ports)."""
+
     mgid: int
-    ports: tuple[int, ...]
+    replicas: tuple[tuple[int, int], ...]
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """The egress port of each replica, in order."""
+        return tuple(port for port, _ in self.replicas)
 
 
 @dataclass

@@ -18,7 +18,7 @@ def apply_to_pipeline(pipeline: Pipeline, plan: SwitchPlan) -> None:
                 pipeline.tables[w.table].insert(TableEntry(w.key, ActionCall(w.action, w.params)))
                 done.append(w)
             for g in plan.groups:
-                pipeline.multicast.insert(g.mgid, [(p, 0) for p in g.ports])
+                pipeline.multicast.insert(g.mgid, list(g.replicas))
                 groups.append(g.mgid)
         except BaseException:
             for w in done:

@@ -58,6 +58,7 @@ _BE_LANES = np.dtype(">i4")
 # Plain ints on the per-packet path: enum.Flag operators run in Python and cost microseconds.
 _RESULT, _RETX, _OVERFLOW = int(Flag.RESULT), int(Flag.RETX), int(Flag.OVERFLOW)
 _SUM, _OR, _MAX = int(Opcode.SUM), int(Opcode.OR), int(Opcode.MAX)
+_INA_PORT_BYTES = INA_UDP_PORT.to_bytes(2, "big")
 
 
 class ReferenceEngine:
@@ -133,12 +134,12 @@ class ReferenceEngine:
         if mcast_grp != 0:
             replicas = self.multicast.groups.get(mcast_grp, [])
             return [
-                self._egress(bytearray(pkt), port, ina_valid, ipv4_valid, length)
-                for port, _rid in replicas
+                self._egress(bytearray(pkt), port, rid, ina_valid, ipv4_valid, length)
+                for port, rid in replicas
             ]
         if egress_spec == DROP_PORT:
             return []
-        return [self._egress(pkt, egress_spec, ina_valid, ipv4_valid, length)]
+        return [self._egress(pkt, egress_spec, 0, ina_valid, ipv4_valid, length)]
 
     @staticmethod
     def _parse(pkt: bytearray) -> tuple[bool, bool, bool]:
@@ -244,7 +245,8 @@ class ReferenceEngine:
             events.count(Event.PARENT_RESULT, length)
             return DropReason.NONE, 0, child_mgid, False
 
-        child = self.ina_child.lookup((job_id, tree_id, ingress_port))
+        udp_src = pkt[UDP_OFF] << 8 | pkt[UDP_OFF + 1]
+        child = self.ina_child.lookup((job_id, tree_id, ingress_port, udp_src))
         if child is None:
             return DropReason.NOT_MEMBER, 0, 0, False
         child.packets += 1
@@ -276,6 +278,7 @@ class ReferenceEngine:
                 self._load_lanes(pkt, cell)
                 out_flags = _RESULT | (_OVERFLOW if state & STATE_OVERFLOW else 0)
                 self._set_flags_contrib(pkt, out_flags, stored_contrib)
+                pkt[UDP_OFF + 2 : UDP_OFF + 4] = pkt[UDP_OFF : UDP_OFF + 2]  # back to its port
                 events.count(Event.RETX_REPLY, length)
                 return DropReason.NONE, ingress_port, 0, False
             if count == fanin:
@@ -361,7 +364,13 @@ class ReferenceEngine:
     # ------------------------------------------------------------------ egress
 
     def _egress(
-        self, pkt: bytearray, egress_port: int, ina_valid: bool, ipv4_valid: bool, length: int
+        self,
+        pkt: bytearray,
+        egress_port: int,
+        egress_rid: int,
+        ina_valid: bool,
+        ipv4_valid: bool,
+        length: int,
     ) -> tuple[int, bytes]:
         # EgressRewrite
         if ina_valid:
@@ -372,6 +381,9 @@ class ReferenceEngine:
                 pkt[IP_OFF + 16 : IP_OFF + 20] = dip.to_bytes(4, "big")
                 pkt[6:12] = smac.to_bytes(6, "big")
                 pkt[IP_OFF + 12 : IP_OFF + 16] = sip.to_bytes(4, "big")
+                if egress_rid != 0:  # a copy to one of the workers behind the port
+                    pkt[UDP_OFF + 2 : UDP_OFF + 4] = egress_rid.to_bytes(2, "big")
+            pkt[UDP_OFF : UDP_OFF + 2] = _INA_PORT_BYTES
             pkt[UDP_OFF + 6 : UDP_OFF + 8] = b"\0\0"
         # EgressCounters (bmv2 counts the packet's ingress length)
         self.port_tx.count(egress_port, length)

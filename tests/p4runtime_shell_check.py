@@ -61,6 +61,7 @@ def check(sh: Any, p4runtime: Any, drop_reasons: int) -> None:
     child.match["hdr.ina.job_id"] = "1"
     child.match["hdr.ina.tree_id"] = "0"
     child.match["standard_metadata.ingress_port"] = "1"
+    child.match["udp_port"] = "47500"  # the worker's UDP source port
     child.action["index"] = "0"
     child.insert()
 
@@ -70,6 +71,7 @@ def check(sh: Any, p4runtime: Any, drop_reasons: int) -> None:
     padded.match["hdr.ina.job_id"] = "1"
     padded.match["hdr.ina.tree_id"] = "0"
     padded.match["standard_metadata.ingress_port"] = "2"
+    padded.match["udp_port"] = "47500"
     padded.action["index"] = "1"
     expect(padded.msg().match[2].exact.value == b"\x00\x02", "padding option had no effect")
     padded.insert()

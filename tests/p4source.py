@@ -119,9 +119,10 @@ def p4info_from_source(src: str | None = None) -> p4info_pb2.P4Info:
                 tab = info.tables.add()
                 tab.preamble.id, tab.preamble.name = oid, prefix + t.group(1)
                 keys = _block(tb, tb.index("key"))
-                for i, (expr, kind) in enumerate(re.findall(r"([\w.]+)\s*:\s*(\w+)\s*;", keys), 1):
+                key_re = r'([\w.]+)\s*:\s*(\w+)(?:\s*@name\("([\w.]+)"\))?\s*;'
+                for i, (expr, kind, alias) in enumerate(re.findall(key_re, keys), 1):
                     mf = tab.match_fields.add()
-                    mf.id, mf.name = i, expr
+                    mf.id, mf.name = i, alias or expr  # a key's @name is its P4Info name
                     mf.bitwidth = _field_width(src, expr)
                     mf.match_type = p4info_pb2.MatchField.MatchType.Value(kind.upper())
                 acts = _block(tb, tb.index("actions"))

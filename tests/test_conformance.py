@@ -190,7 +190,7 @@ def test_bmv2_cli_commands_for_the_cases() -> None:
     assert (
         cmds[0] == "table_add InaIngress.agg.ina_job InaIngress.agg.agg_node 1 0 => 0 4 2 1 0 3 1"
     )
-    assert "table_add InaIngress.agg.ina_child InaIngress.agg.set_child 1 0 2 => 1" in cmds
+    assert "table_add InaIngress.agg.ina_child InaIngress.agg.set_child 1 0 2 47500 => 1" in cmds
     assert cmds[-3:] == ["mc_mgrp_create 1", "mc_node_create 0 1 2", "mc_node_associate 1 0"]
 
 

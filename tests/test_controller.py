@@ -17,6 +17,7 @@ from finsy.proto import p4r
 
 from inaemu.common.wire import (
     INA_OFFSET,
+    INA_UDP_PORT,
     Endpoint,
     Flag,
     FrameTemplate,
@@ -127,7 +128,9 @@ def test_refusals_leave_the_switch_unchanged() -> None:
                     await ctl.add_job(JobSpec(2, ("h3", "h4"), pool_size=100))
                 # an entry the controller does not know about makes the switch refuse one
                 # update of the batch: everything else of the job is rolled back
-                pipe.ina_child.insert(TableEntry((2, 0, 4), ActionCall("set_child", (9,))))
+                pipe.ina_child.insert(
+                    TableEntry((2, 0, 4, INA_UDP_PORT), ActionCall("set_child", (9,)))
+                )
                 snapshot[CHILD_TABLE] = dict(pipe.ina_child.entries)
                 with pytest.raises(ControllerError, match="ALREADY_EXISTS"):
                     await ctl.add_job(JobSpec(2, ("h3", "h4"), pool_size=8))
@@ -285,7 +288,7 @@ def test_removal_with_an_entry_missing_rolls_back() -> None:
         async def scenario() -> None:
             async with Controller(topo, push_pipeline=True) as ctl:
                 await ctl.add_job(JobSpec(1, ("h1", "h2", "h3"), pool_size=4))
-                pipe.ina_child.delete((1, 0, 2))
+                pipe.ina_child.delete((1, 0, 2, INA_UDP_PORT))
                 snapshot = {n: dict(t.entries) for n, t in pipe.tables.items()}
                 groups = {k: list(v) for k, v in pipe.multicast.groups.items()}
                 with pytest.raises(ControllerError, match="NOT_FOUND"):

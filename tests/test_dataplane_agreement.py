@@ -4,10 +4,13 @@ frame and counter for counter.
 Hypothesis draws a session of control-plane changes and frames, and both data planes get the
 same: jobs installed, removed and reinstalled with new epochs (pools handed to other jobs, in
 a register file small enough that pools collide and some run past it), fan-in 0 with child
-indices past the bitmap (the count wraps), multicast groups present or missing, host rewrites,
+indices past the bitmap (the count wraps), multicast groups present or missing (replicas with
+instance 0 or a worker's UDP port, several on one port), host rewrites,
 routes and the forwarding default, loss entries at 0 %, 100 % or anything between (the same
 seeded draws), counters overwritten as a controller may, registers and counters reset; and
-frames from members, non-members and parents, for current, stale or other runs and epochs,
+frames from members (several behind one port, told apart by their UDP source ports),
+non-members (another UDP port, another port) and parents, for current, stale or other runs
+and epochs,
 with any flags, opcodes, lane counts and values (saturating sums included), repeated
 (duplicates, retransmissions, bursts), malformed (cut short anywhere, not IPv4, not UDP, other
 ports, options, fragments, TTL 0 or 1) or ordinary IPv4. The frames are cut into batches at
@@ -47,6 +50,7 @@ SLOTS = 8  # a small register file: pools collide, and some run past it
 PORTS = range(0, 7)
 MEMBERS = (1, 2, 3, 4)  # most children, and most packets, are on these ports
 JOBS = (1, 2, 3)
+UDPS = (INA_UDP_PORT, INA_UDP_PORT + 1, 40000)  # workers' UDP ports: a few behind one port
 SWITCH_MAC, SWITCH_IP = 0x0200000000FE, 0x0A0000FE
 
 
@@ -71,6 +75,7 @@ class Ina:
     contrib: int = 1
     values: tuple[int, ...] = ()
     cut: int | None = None  # the frame ends here (a truncated frame)
+    udp: int = INA_UDP_PORT  # the UDP source port: which worker behind the port
 
 
 def ina_frame(p: Ina) -> bytes:
@@ -87,7 +92,7 @@ def ina_frame(p: Ina) -> bytes:
         p.contrib,
         p.seq,
     )
-    udp = struct.pack("!HHHH", INA_UDP_PORT, INA_UDP_PORT, 8 + len(ina) + 4 * K, 0x1234)
+    udp = struct.pack("!HHHH", p.udp, INA_UDP_PORT, 8 + len(ina) + 4 * K, 0x1234)
     data = ipv4(host_ip(p.port), SWITCH_IP, IP_PROTO_UDP, 64, udp + ina + lanes.tobytes())
     frame = ethernet(SWITCH_MAC, 0x020000000000 | p.port, data)
     return frame if p.cut is None else frame[: p.cut]
@@ -130,7 +135,7 @@ class Node:
     pool: int
     fanin: int
     parent: int
-    ports: tuple[int, ...]
+    children: tuple[tuple[int, int], ...]  # (port, UDP source port) of each child
 
 
 def installed(pipe: Pipeline) -> list[Node]:
@@ -141,7 +146,7 @@ def installed(pipe: Pipeline) -> list[Node]:
             e.action.params[1],
             e.action.params[2],
             e.action.params[5],
-            tuple(k[2] for k in pipe.ina_child.entries if k[:2] == (job, tree)),
+            tuple((k[2], k[3]) for k in pipe.ina_child.entries if k[:2] == (job, tree)),
         )
         for (job, tree), e in sorted(pipe.ina_job.entries.items())
     ]
@@ -170,14 +175,16 @@ def heads(draw: st.DrawFn, nodes: list[Node]) -> tuple[Ina, Node | None]:
 
 @st.composite
 def rounds(draw: st.DrawFn, nodes: list[Node]) -> list[Ina]:
-    """Packets for one chunk from several ports, in any order, some twice: mostly the node's
-    children (a round of aggregation), sometimes other ports. Mostly well formed; now and then
-    one is mangled (a header field out of range, or the frame cut short)."""
+    """Packets for one chunk from several children, in any order, some twice: mostly the
+    node's children (a round of aggregation), sometimes other ports or UDP ports. Mostly well
+    formed; now and then one is mangled (a header field out of range, or the frame cut
+    short)."""
     head, node = draw(heads(nodes))
-    ports = [*node.ports, *node.ports, *node.ports, *PORTS] if node and node.ports else PORTS
+    anyone = [(p, u) for p in PORTS for u in UDPS]
+    children = [*node.children] * 3 + anyone if node and node.children else anyone
     packets = []
-    for port in draw(st.lists(st.sampled_from(ports), min_size=1, max_size=6)):
-        pkt = replace(head, port=port, values=draw(lane_values()))
+    for port, udp in draw(st.lists(st.sampled_from(children), min_size=1, max_size=6)):
+        pkt = replace(head, port=port, udp=udp, values=draw(lane_values()))
         if draw(st.integers(0, 9)) == 0:
             pkt = draw(mangled(pkt))
         packets.append(pkt)
@@ -188,10 +195,14 @@ def rounds(draw: st.DrawFn, nodes: list[Node]) -> list[Ina]:
 def burst(draw: st.DrawFn, nodes: list[Node]) -> list[Ina]:
     """300 copies of one contribution: to a node with fan-in 0 (and no bitmap bits), the count
     wraps and completes at the 256th."""
-    wrapping = [n for n in nodes if n.fanin == 0 and n.ports]
+    wrapping = [n for n in nodes if n.fanin == 0 and n.children]
     head, node = draw(heads(wrapping or nodes))
-    port = draw(st.sampled_from(node.ports if node and node.ports else PORTS))
-    return [replace(head, port=port, flags=0, values=draw(lane_values()))] * 300
+    port, udp = draw(
+        st.sampled_from(
+            node.children if node and node.children else [(p, INA_UDP_PORT) for p in PORTS]
+        )
+    )
+    return [replace(head, port=port, udp=udp, flags=0, values=draw(lane_values()))] * 300
 
 
 @st.composite
@@ -279,11 +290,11 @@ def remove(pipe: Pipeline, job: int) -> None:
             table.delete(key)
 
 
-def group(pipe: Pipeline, mgid: int, ports: list[int]) -> None:
+def group(pipe: Pipeline, mgid: int, replicas: list[tuple[int, int]]) -> None:
     if mgid in pipe.multicast.groups:
         pipe.multicast.delete(mgid)
-    if ports:
-        pipe.multicast.insert(mgid, [(p, 0) for p in ports])
+    if replicas:
+        pipe.multicast.insert(mgid, replicas)
 
 
 def loss(pipe: Pipeline, port: int, threshold: int | None) -> None:
@@ -356,8 +367,13 @@ def job_entries(draw: st.DrawFn, job: int) -> list[tuple[str, tuple[int, ...], A
     entries: list[tuple[str, tuple[int, ...], ActionCall]] = []
     wraps = draw(st.integers(0, 3)) == 0  # fan-in 0, no bitmap bits: the count wraps at 256
     for tree in draw(st.sampled_from([[0], [0, 1]])):
-        ports = draw(
-            st.lists(st.sampled_from([*MEMBERS, 0, 5]), min_size=1, max_size=4, unique=True)
+        ports = draw(  # (port, UDP port): several children behind one port now and then
+            st.lists(
+                st.tuples(st.sampled_from([*MEMBERS, 0, 5]), st.sampled_from(UDPS)),
+                min_size=1,
+                max_size=4,
+                unique=True,
+            )
         )
         params = (
             draw(st.integers(0, SLOTS - 1)),  # base
@@ -369,11 +385,10 @@ def job_entries(draw: st.DrawFn, job: int) -> list[tuple[str, tuple[int, ...], A
             draw(st.integers(1, 3)),  # epoch
         )
         entries.append(("InaIngress.agg.ina_job", (job, tree), ActionCall("agg_node", params)))
-        for i, port in enumerate(ports):
+        for i, (port, udp) in enumerate(ports):
             index = 40 if wraps else draw(st.sampled_from([i, i, i, 40]))
-            entries.append(
-                ("InaIngress.agg.ina_child", (job, tree, port), ActionCall("set_child", (index,)))
-            )
+            key = (job, tree, port, udp)
+            entries.append(("InaIngress.agg.ina_child", key, ActionCall("set_child", (index,))))
     return entries
 
 
@@ -383,8 +398,11 @@ port = st.sampled_from(PORTS)
 job = st.sampled_from(JOBS)
 
 
-def port_lists(min_size: int = 0) -> st.SearchStrategy[list[int]]:
-    return st.lists(port, min_size=min_size, max_size=5, unique=True)
+def replica_lists(min_size: int = 0) -> st.SearchStrategy[list[tuple[int, int]]]:
+    """A group's replicas: (port, instance), the instance 0 or a worker's UDP port (a copy to
+    it), now and then several on one port."""
+    instance = st.sampled_from([0, 0, *UDPS, 7])
+    return st.lists(st.tuples(port, instance), min_size=min_size, max_size=6, unique=True)
 
 
 @st.composite
@@ -395,7 +413,7 @@ def set_up(draw: st.DrawFn) -> Change:
     if kind == "install":
         return partial(install, job=j, entries=draw(job_entries(j)))
     if kind == "group":
-        return partial(group, mgid=j, ports=draw(port_lists()))
+        return partial(group, mgid=j, replicas=draw(replica_lists()))
     if kind == "egress":
         return partial(egress, port=draw(port), to_host=True)
     return partial(loss, port=draw(port), threshold=draw(THRESHOLDS))
@@ -406,7 +424,7 @@ def sessions(draw: st.DrawFn) -> list[Change]:
     """Job 1 and its group, and more set-up."""
     first = [
         partial(install, job=1, entries=draw(job_entries(1))),
-        partial(group, mgid=1, ports=draw(port_lists(1))),
+        partial(group, mgid=1, replicas=draw(replica_lists(1))),
     ]
     return first + draw(st.lists(set_up(), max_size=5))
 
@@ -425,7 +443,8 @@ def changes(draw: st.DrawFn) -> Change:
     if kind == "remove":
         return partial(remove, job=draw(job))
     if kind == "group":
-        return partial(group, mgid=draw(st.sampled_from([*JOBS, 7])), ports=draw(port_lists()))
+        mgid = draw(st.sampled_from([*JOBS, 7]))
+        return partial(group, mgid=mgid, replicas=draw(replica_lists()))
     if kind == "loss":
         return partial(loss, port=draw(port), threshold=draw(st.none() | THRESHOLDS))
     if kind in ("route", "unroute"):

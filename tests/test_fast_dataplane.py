@@ -23,6 +23,7 @@ import pytest
 from finsy.p4entity import P4Entity
 
 from inaemu.common.wire import (
+    INA_UDP_PORT,
     Endpoint,
     FrameTemplate,
     K,
@@ -134,7 +135,7 @@ def test_counters_are_the_kernels_and_keep_what_a_controller_writes() -> None:
     assert pipe.port_tx.packets[1:3] == [1, 1]
     assert pipe.ina_events.packets[Event.COMPLETE_ROOT] == 1
     assert pipe.ina_drops.packets[DropReason.TRUNCATED] == 1
-    child = pipe.ina_child.entries[(1, 0, 1)]
+    child = pipe.ina_child.entries[(1, 0, 1, INA_UDP_PORT)]
     assert (child.packets, child.bytes) == (1, len(frame))
     with pipe.lock:  # a controller's counter writes (P4Runtime MODIFY)
         pipe.port_rx.packets[1] = 100
@@ -283,7 +284,12 @@ def test_p4runtime_server_drives_the_fast_data_plane(server: P4RuntimeServer) ->
         fy.P4MulticastGroupEntry(1, replicas=[1, 2]),
     ]
     for index, port in enumerate((1, 2)):
-        key = {"hdr.ina.job_id": 1, "hdr.ina.tree_id": 0, "standard_metadata.ingress_port": port}
+        key = {
+            "hdr.ina.job_id": 1,
+            "hdr.ina.tree_id": 0,
+            "standard_metadata.ingress_port": port,
+            "udp_port": INA_UDP_PORT,
+        }
         entities.append(
             fy.P4TableEntry(
                 "ina_child",

@@ -10,8 +10,10 @@ from inaemu.common import wire
 from inaemu.controller.jobs import MAX_EPOCH
 from inaemu.p4 import constants
 from inaemu.p4.info import load_p4info, p4info_diff
+from inaemu.softswitch.fast.kernel import CHILD_PORT_BITS, pack_child_key
 from inaemu.softswitch.pipeline import Pipeline
 from inaemu.softswitch.state import CellFields, LpmTable
+from inaemu.topology.model import MAX_RANKS
 from tests import p4source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,6 +137,21 @@ def test_softswitch_serves_the_same_objects() -> None:
     assert regs["reg_lanes"].size == pipe.registers.lanes.size == cells * wire.K
     assert regs["reg_lanes"].type_spec.bitstring.bit.bitwidth == wire.LANE_BITS
     assert regs["reg_bitmap"].type_spec.bitstring.bit.bitwidth == wire.MAX_FANIN
+    assert MAX_RANKS == wire.MAX_FANIN  # a topology's host: at most one bitmap of ranks
+
+
+def test_ina_child_knows_a_child_by_port_and_udp_port() -> None:
+    """ina_child's key is (job, tree, ingress port, UDP source port), the widths the compiled
+    data plane packs it in (`pack_child_key`); the UDP port is the header's srcPort."""
+    table = load_p4info().table("ina_child")
+    assert [(f.name, f.bitwidth) for f in table.fields] == [
+        ("hdr.ina.job_id", 16),
+        ("hdr.ina.tree_id", 8),
+        ("standard_metadata.ingress_port", CHILD_PORT_BITS),
+        ("udp_port", 16),
+    ]
+    assert re.search(r"hdr\.udp\.srcPort\s*:\s*exact\s*@name\(\"udp_port\"\)", SRC)
+    assert pack_child_key(0xFFFF, 0xFF, 0x1FF, 0xFFFF) == (1 << 49) - 1
 
 
 def test_slot_owner_layout() -> None:

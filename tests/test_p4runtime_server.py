@@ -32,6 +32,7 @@ from finsy.proto.p4.v1 import p4runtime_pb2 as p4r
 from finsy.proto.p4.v1 import p4runtime_pb2_grpc
 
 from inaemu.common.wire import (
+    INA_UDP_PORT,
     Endpoint,
     Flag,
     FrameTemplate,
@@ -500,7 +501,7 @@ def test_writes_while_packets_flow(primary: Controller, server: P4RuntimeServer)
     p = server.pipeline
     primary.write(insert(group_entity(1, [p4r.Replica(egress_port=1), p4r.Replica(egress_port=2)])))
     for port in (1, 2):
-        child = {**JOB1, "standard_metadata.ingress_port": port}
+        child = {**JOB1, "standard_metadata.ingress_port": port, "udp_port": INA_UDP_PORT}
         primary.write(
             insert(te_entity(raw_entry("ina_child", child, "set_child", {"index": port - 1})))
         )
@@ -797,7 +798,12 @@ def _fill(primary: Controller) -> None:
 
 JOB1 = {"hdr.ina.job_id": 1, "hdr.ina.tree_id": 0}
 JOB2 = {"hdr.ina.job_id": 2, "hdr.ina.tree_id": 0}
-CHILD = {"hdr.ina.job_id": 1, "hdr.ina.tree_id": 0, "standard_metadata.ingress_port": 1}
+CHILD = {
+    "hdr.ina.job_id": 1,
+    "hdr.ina.tree_id": 0,
+    "standard_metadata.ingress_port": 1,
+    "udp_port": INA_UDP_PORT,
+}
 
 BAD_UPDATES: dict[str, tuple[p4r.Update, Any, str]] = {
     "duplicate insert": (
@@ -1152,14 +1158,20 @@ def test_bytestrings_with_leading_zeros_are_accepted_and_read_canonical(
             "hdr.ina.job_id": b"\x00\x00\x00\x01",
             "hdr.ina.tree_id": b"\x00",
             "standard_metadata.ingress_port": b"\x00\x01",
+            "udp_port": b"\x00\xb9\x8c",
         },
         "set_child",
         {"index": b"\x00\x00\x05"},
     )
     primary.write(insert(te_entity(te)))
-    assert server.pipeline.ina_child.entries[(1, 0, 1)].action.params == (5,)
+    assert server.pipeline.ina_child.entries[(1, 0, 1, INA_UDP_PORT)].action.params == (5,)
     [read] = primary.read(te_entity(p4r.TableEntry(table_id=te.table_id)))
-    assert [m.exact.value for m in read.table_entry.match] == [b"\x01", b"\x00", b"\x01"]
+    assert [m.exact.value for m in read.table_entry.match] == [
+        b"\x01",
+        b"\x00",
+        b"\x01",
+        b"\xb9\x8c",
+    ]
     assert read.table_entry.action.action.params[0].value == b"\x05"
 
 
@@ -1214,6 +1226,7 @@ def job_entities() -> list[P4Entity]:
                         "hdr.ina.job_id": 1,
                         "hdr.ina.tree_id": 0,
                         "standard_metadata.ingress_port": port,
+                        "udp_port": INA_UDP_PORT,
                     }
                 ),
                 action=fy.P4TableAction("set_child", index=index),
@@ -1329,6 +1342,7 @@ def test_end_to_end_ina_job_programmed_over_grpc(server: P4RuntimeServer) -> Non
                                     "hdr.ina.job_id": 1,
                                     "hdr.ina.tree_id": 0,
                                     "standard_metadata.ingress_port": 1,
+                                    "udp_port": INA_UDP_PORT,
                                 }
                             ),
                         ),
@@ -1339,7 +1353,8 @@ def test_end_to_end_ina_job_programmed_over_grpc(server: P4RuntimeServer) -> Non
 
     run(check_counters())
     assert sum(p.port_rx.packets) == 0
-    assert (p.ina_child.entries[(1, 0, 1)].packets, p.ina_child.entries[(1, 0, 1)].bytes) == (6, 5)
+    child = p.ina_child.entries[(1, 0, 1, INA_UDP_PORT)]
+    assert (child.packets, child.bytes) == (6, 5)
 
 
 # ---------------------------------------------------------------------- p4runtime-shell

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from inaemu.common.wire import (
     INA_OFFSET,
+    INA_UDP_PORT,
     RUN_SHIFT,
     SEQ_CHUNK_MASK,
     Endpoint,
@@ -122,14 +123,15 @@ def install(pipe: Pipeline, inst: Install) -> None:
         )
     )
     for i, port in enumerate(inst.ports):
-        pipe.ina_child.insert(TableEntry((inst.job_id, 0, port), ActionCall("set_child", (i,))))
-    pipe.multicast.insert(inst.mgid, [(p, 0) for p in inst.ports])
+        key = (inst.job_id, 0, port, INA_UDP_PORT)
+        pipe.ina_child.insert(TableEntry(key, ActionCall("set_child", (i,))))
+    pipe.multicast.insert(inst.mgid, [(p, INA_UDP_PORT) for p in inst.ports])
 
 
 def uninstall(pipe: Pipeline, inst: Install) -> None:
     pipe.ina_job.delete((inst.job_id, 0))
     for port in inst.ports:
-        pipe.ina_child.delete((inst.job_id, 0, port))
+        pipe.ina_child.delete((inst.job_id, 0, port, INA_UDP_PORT))
     pipe.multicast.delete(inst.mgid)
 
 

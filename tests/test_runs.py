@@ -51,7 +51,7 @@ def install(pipe: Pipeline, plan: SwitchPlan) -> None:
         for w in plan.tables:
             pipe.tables[w.table].insert(TableEntry(w.key, ActionCall(w.action, w.params)))
         for g in plan.groups:
-            pipe.multicast.insert(g.mgid, [(p, 0) for p in g.ports])
+            pipe.multicast.insert(g.mgid, list(g.replicas))
 
 
 def remove(pipe: Pipeline, plan: SwitchPlan) -> None:

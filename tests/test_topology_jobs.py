@@ -17,6 +17,7 @@ from inaemu.controller.jobs import (
     next_epoch,
     route_plans,
 )
+from inaemu.controller.stats import StatsReport, SwitchCounters
 from inaemu.p4.constants import INA_SLOTS
 from inaemu.softswitch.plan import apply_to_pipeline
 from inaemu.topology.addresses import ip_int
@@ -174,6 +175,75 @@ def test_star_job_plan() -> None:
     assert plan.groups[0].ports == (1, 2, 3)
 
 
+def ranked(topo: Topology, ranks: dict[str, tuple[int, int | None]]) -> Topology:
+    """`topo` with hosts running several ranks: name -> (ranks, first UDP port)."""
+    for name, (n, udp) in ranks.items():
+        topo.hosts[name] = replace(topo.hosts[name], ranks=n, udp_port=udp)
+    return topo.validate()
+
+
+def test_a_machine_with_ranks_is_that_many_workers_of_the_job(tmp_path: Path) -> None:
+    """Several workers behind one port (docs/protocol.md, section 4): a host with M ranks is
+    M children of its switch, each (port, UDP port) with its own ina_child entry and its own
+    multicast replica, whose instance is that UDP port; the port's host rewrite is one."""
+    topo = ranked(star(2), {"h1": (2, 40000), "h2": (3, None)})
+    path = tmp_path / "topology.json"
+    topo.save(path)
+    data = json.loads(path.read_text())["hosts"]
+    assert data["h1"]["ranks"] == 2 and data["h1"]["udp_port"] == 40000
+    assert data["h2"]["ranks"] == 3 and "udp_port" not in data["h2"]
+    assert Topology.load(path).to_json() == topo.to_json()
+
+    rec = JobManager(topo).plan_add(JobSpec(1, ("h1", "h2"), pool_size=8))
+    (plan,) = rec.plans.values()
+    (job,) = [w for w in plan.tables if w.table.endswith("ina_job")]
+    assert job.params[2] == 5  # fan-in: every rank
+    children = {w.key: w.params for w in plan.tables if w.table.endswith("ina_child")}
+    assert children == {
+        (1, 0, 1, 40000): (0,),
+        (1, 0, 1, 40001): (1,),
+        (1, 0, 2, 47500): (2,),
+        (1, 0, 2, 47501): (3,),
+        (1, 0, 2, 47502): (4,),
+    }
+    assert plan.groups[0].replicas == ((1, 40000), (1, 40001), (2, 47500), (2, 47501), (2, 47502))
+    assert sorted(w.key for w in plan.tables if w.table.endswith("ina_egress")) == [(1,), (2,)]
+
+
+def test_ranks_across_switches_keep_switch_children_on_the_ina_port() -> None:
+    """A leaf's ranks are its children by UDP port; the root knows each leaf by (port, 47500),
+    the port a switch's partials leave from, and its copies to a leaf have instance 0."""
+    topo = ranked(leaf_spine(2, 1, 1), {"h1": (2, None), "h2": (2, None)})
+    rec = JobManager(topo).plan_add(JobSpec(1, ("h1", "h2"), pool_size=8))
+    leaf = rec.plans["l1"]
+    assert sorted(w.key for w in leaf.tables if w.table.endswith("ina_child")) == [
+        (1, 0, 1, 47500),
+        (1, 0, 1, 47501),
+    ]
+    root = rec.plans["s1"]
+    assert sorted(w.key for w in root.tables if w.table.endswith("ina_child")) == [
+        (1, 0, 1, 47500),
+        (1, 0, 2, 47500),
+    ]
+    assert root.groups[0].replicas == ((1, 0), (2, 0))
+    assert leaf.groups[0].replicas == ((1, 47500), (1, 47501))
+
+
+def test_ranks_are_checked() -> None:
+    with pytest.raises(TopologyError, match=r"UDP ports 65535\.\.65536"):
+        ranked(star(1), {"h1": (2, 65535)})
+    with pytest.raises(TopologyError, match=r"ranks.*1\.\.32"):
+        Topology.from_json(
+            {
+                "hosts": {"h1": {"ip": "10.0.0.1/24", "mac": "02:00:00:00:00:01", "ranks": 33}},
+                "switches": {"s1": {}},
+                "links": [["h1", "s1-p1"]],
+            }
+        )
+    with pytest.raises(JobError, match=r"33 children.*bitmap holds 32"):
+        JobManager(ranked(star(2), {"h1": (32, 1000)})).plan_add(JobSpec(1, ("h1", "h2")))
+
+
 def test_leaf_spine_tree_and_multi_root() -> None:
     topo = leaf_spine(2, 2, 2)
     jm = JobManager(topo)
@@ -312,3 +382,21 @@ def test_results_leave_from_the_switch_aggregation_address() -> None:
         assert (dmac, dip) == (int(host.mac.replace(":", ""), 16), ip_int(host.ip))
         assert (smac, sip) == (int(agg.agg_mac.replace(":", ""), 16), ip_int(agg.agg_ip))
     assert {params[3] for params in rewrites.values()} == {ip_int("10.0.0.254"), ip_int("10.9.9.9")}
+
+
+def test_stats_name_each_rank_behind_a_port() -> None:
+    """`inaemu stats` counts each child apart (ina_child's direct counter per entry): a rank
+    of a machine is named by its local rank, from its UDP port."""
+    topo = ranked(star(2), {"h1": (2, 40000)})
+    counters = SwitchCounters("s1")
+    counters.children = {
+        (1, 0, 1, 40000): (5, 50),
+        (1, 0, 1, 40001): (7, 70),
+        (1, 0, 2, 47500): (1, 9),
+    }
+    report = StatsReport(topo, {}, {"s1": counters})
+    assert report.job_ports(1) == [
+        ("s1", 1, "h1 rank 0", 5, 50),
+        ("s1", 1, "h1 rank 1", 7, 70),
+        ("s1", 2, "h2", 1, 9),
+    ]

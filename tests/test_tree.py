@@ -12,6 +12,7 @@ import pytest
 
 from inaemu.common.wire import (
     INA_OFFSET,
+    INA_UDP_PORT,
     Endpoint,
     Flag,
     FrameTemplate,
@@ -53,7 +54,9 @@ def build() -> Fabric:
         sw.multicast.insert(1, [(1, 0), (2, 0)])
         for i, h in enumerate(hosts):
             fab.attach_host(h, leaf, i + 1)
-            sw.ina_child.insert(TableEntry((1, 0, i + 1), ActionCall("set_child", (i,))))
+            sw.ina_child.insert(
+                TableEntry((1, 0, i + 1, INA_UDP_PORT), ActionCall("set_child", (i,)))
+            )
             mac = int(HOSTS[h].mac.replace(":", ""), 16)
             rewrite = (mac, ip_int(HOSTS[h].ip), SWITCH_MAC, ip_int(SWITCH.ip))
             sw.ina_egress.insert(TableEntry((i + 1,), ActionCall("to_host", rewrite)))
@@ -61,7 +64,9 @@ def build() -> Fabric:
     root.ina_job.insert(TableEntry((1, 0), ActionCall("agg_node", (0, 4, 2, 1, 1, 0, 1))))
     root.multicast.insert(1, [(1, 0), (2, 0)])
     for i in range(2):
-        root.ina_child.insert(TableEntry((1, 0, i + 1), ActionCall("set_child", (i,))))
+        root.ina_child.insert(
+            TableEntry((1, 0, i + 1, INA_UDP_PORT), ActionCall("set_child", (i,)))
+        )
     return fab
 
 

@@ -28,6 +28,7 @@ from inaemu.topology.addresses import ip_int, mac_bytes
 
 _END = re.compile(r"^(?P<node>[A-Za-z_][\w.]*)-p(?P<port>\d+)$")
 MAX_PORT = DROP_PORT - 1  # the highest port a link may use
+MAX_RANKS = 32  # workers behind one port at most: a switch's fan-in (its bitmap has 32 bits)
 
 
 class TopologyError(ValueError):
@@ -36,11 +37,19 @@ class TopologyError(ValueError):
 
 @dataclass(frozen=True)
 class Host:
+    """A machine on one switch port. It runs `ranks` workers (training processes: torchrun's
+    local ranks), all behind its one interface and address; local rank i sends from, and gets
+    its results at, UDP port `udp_port + i` (`common.wire.worker_udp_port`; docs/protocol.md,
+    "Several workers behind one port"). Without `ranks` a host is one worker; without
+    `udp_port` its first rank is on the INA port, 47500."""
+
     name: str
     ip: str  # without prefix length
     mac: str
     prefix_len: int = 24
     role: str = "worker"
+    ranks: int = 1
+    udp_port: int | None = None  # the first rank's UDP port; None: the INA port
 
 
 @dataclass(frozen=True)
@@ -74,9 +83,18 @@ class Topology:
 
     # ------------------------------------------------------------------ building
 
-    def add_host(self, name: str, ip: str, mac: str, *, role: str = "worker") -> Host:
+    def add_host(
+        self,
+        name: str,
+        ip: str,
+        mac: str,
+        *,
+        role: str = "worker",
+        ranks: int = 1,
+        udp_port: int | None = None,
+    ) -> Host:
         addr, _, plen = ip.partition("/")
-        host = Host(name, addr, mac, int(plen) if plen else 24, role)
+        host = Host(name, addr, mac, int(plen) if plen else 24, role, ranks, udp_port)
         self.hosts[name] = host
         return host
 
@@ -204,6 +222,11 @@ class Topology:
                     "give each host its own"
                 )
             seen_ips[ip], seen_macs[mac] = h.name, h.name
+            if h.udp_port is not None and h.udp_port + h.ranks - 1 > 65535:
+                raise TopologyError(
+                    f"host {h.name!r}: its {h.ranks} ranks need UDP ports {h.udp_port}.."
+                    f"{h.udp_port + h.ranks - 1}, past 65535; give a lower udp_port"
+                )
         devices: dict[tuple[str, int], str] = {}
         for s in self.switches.values():
             if ip_int(s.agg_ip) in seen_ips:
@@ -269,7 +292,13 @@ class Topology:
 
         return {
             "hosts": {
-                h.name: {"ip": f"{h.ip}/{h.prefix_len}", "mac": h.mac, "role": h.role}
+                h.name: {
+                    "ip": f"{h.ip}/{h.prefix_len}",
+                    "mac": h.mac,
+                    "role": h.role,
+                    **({"ranks": h.ranks} if h.ranks != 1 else {}),
+                    **({"udp_port": h.udp_port} if h.udp_port is not None else {}),
+                }
                 for h in self.hosts.values()
             },
             "switches": {
@@ -300,7 +329,14 @@ class Topology:
         TOPOLOGY_SCHEMA(data, (source,))
         topo = cls()
         for name, spec in data.get("hosts", {}).items():
-            topo.add_host(name, spec["ip"], spec["mac"], role=spec.get("role", "worker"))
+            topo.add_host(
+                name,
+                spec["ip"],
+                spec["mac"],
+                role=spec.get("role", "worker"),
+                ranks=spec.get("ranks", 1),
+                udp_port=spec.get("udp_port"),
+            )
         for name, spec in data.get("switches", {}).items():
             topo.add_switch(name, **{k: v for k, v in spec.items() if k != "runtime_json"})
         for raw in data.get("links", []):
@@ -510,6 +546,8 @@ TOPOLOGY_SCHEMA = Record(
                     ),
                     "mac": Text('a MAC address like "08:00:00:00:01:01"', _mac),
                     "role": Text(),
+                    "ranks": Integer(1, MAX_RANKS),
+                    "udp_port": Integer(1, 65535),
                 },
                 frozenset({"ip", "mac"}),
             ),

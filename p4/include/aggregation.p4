@@ -8,6 +8,10 @@
  * every installation of the job on this switch) and run is the top 16 bits of seq (a new
  * value on every run of the job's workers).
  *
+ * A child is what ina_child names by (job, tree, ingress port, UDP source port): a worker (one
+ * of several behind one port, each sending from its own UDP port), or a switch below, whose
+ * partials leave from INA_UDP_PORT (egress_rewrite.p4).
+ *
  * A contribution from child c into (slot, set s), decided in this order:
  *   1. the slot has another owner: the cell's state belongs to an earlier job, installation
  *     or run. The packet takes the slot over: both sets are cleared (bitmaps, counts, states,
@@ -143,6 +147,7 @@ control Aggregation(inout headers_t hdr,
             hdr.ina.job_id: exact;
             hdr.ina.tree_id: exact;
             standard_metadata.ingress_port: exact;
+            hdr.udp.srcPort: exact @name("udp_port");
         }
         actions = {
             set_child;
@@ -242,6 +247,8 @@ control Aggregation(inout headers_t hdr,
                             hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
                         }
                         hdr.ina.contrib = meta.contrib;
+                        /* back to the UDP port it came from (egress sets the source) */
+                        hdr.udp.dstPort = hdr.udp.srcPort;
                         standard_metadata.egress_spec = standard_metadata.ingress_port;
                         ina_events.count(EV_RETX_REPLY);
                     } else if (meta.count == meta.fanin) {

@@ -97,6 +97,7 @@ class Constants(NamedTuple):
     ip_proto_udp: int
     ina_udp_port: int
     ina_version: int
+    child_ports: int  # ina_child's ingress_port is bit<9>: ports below this can be members
     # The enums' members by name (`members`: a NamedTuple of their values, which numba takes
     # whole; typed as the enums, so that mypy knows every name the kernel uses).
     flag: type[Flag]
@@ -157,6 +158,7 @@ def constants() -> Constants:
         ip_proto_udp=IP_PROTO_UDP,
         ina_udp_port=INA_UDP_PORT,
         ina_version=INA_VERSION,
+        child_ports=1 << CHILD_PORT_BITS,
         flag=members(Flag),
         op=members(Opcode),
         drop=members(DropReason),
@@ -190,6 +192,7 @@ class TableArrays(NamedTuple):
     slices: I64s  # (N_TABLES, 2): each table's first slot and mask (slots - 1)
     params: I64s  # (rows, PARAMS_WIDTH): each entry's action parameters
     mc_ports: I64s  # multicast replicas' ports, group after group
+    mc_rids: I64s  # and their instances (egress_rid), likewise
     plens: I64s  # the LPM prefix lengths present, longest first
     misc: I64s  # M_LPM_DEFAULT: the row of the LPM default action; M_MAX_REPLICAS
 
@@ -269,6 +272,18 @@ def find(t: TableArrays, table: int, key: int) -> int:
         if k == -1:
             return -1
         s = (s + 1) & mask
+
+
+CHILD_PORT_BITS = 9  # ina_child's key: job_id (16), tree_id (8), ingress_port (9), UDP port (16)
+
+
+def pack_child_key(job_id: int, tree_id: int, port: int, udp_port: int) -> int:
+    """ina_child's key packed into one int64: `tables.compile_tables` packs its entries with
+    this function, the kernel a frame's fields with its compiled twin `child_key`."""
+    return (job_id << 33) | (tree_id << 25) | (port << 16) | udp_port
+
+
+child_key = inline(pack_child_key)
 
 
 # ---------------------------------------------------------------------- bytes
@@ -496,7 +511,10 @@ def _aggregate(
         _count(ctr, ev, ne, c.event.PARENT_RESULT, length)
         return c.drop.NONE, 0, child_mgid, False
 
-    child = find(t, T_CHILD, (job_id << 40) | (tree_id << 32) | ingress_port)
+    udp_src = _u16(buf, p + c.udp_off)
+    child = -1
+    if ingress_port < c.child_ports:
+        child = find(t, T_CHILD, child_key(job_id, tree_id, ingress_port, udp_src))
     if child < 0:
         return c.drop.NOT_MEMBER, 0, 0, False
     w.row_ctr[child, 0] += 1
@@ -527,6 +545,7 @@ def _aggregate(
         if state & c.state_ready:
             _store_lanes(buf, lanes_at, lanes[cell], c.k)
             _set_flags_contrib(buf, p, c, c.flag.RESULT | overflow_flag, stored_contrib)
+            _put(buf, p + c.udp_off + 2, udp_src, 2)  # back to the UDP port it came from
             _count(ctr, ev, ne, c.event.RETX_REPLY, length)
             return c.drop.NONE, ingress_port, 0, False
         if count == fanin:
@@ -613,6 +632,7 @@ def _egress(
     p: int,
     length: int,
     egress_port: int,
+    egress_rid: int,
     ina_valid: bool,
     ipv4_valid: bool,
     t: TableArrays,
@@ -629,6 +649,9 @@ def _egress(
             _put(buf, ip + 16, i64(params[row, 1]), 4)
             _put(buf, p + 6, i64(params[row, 2]), 6)
             _put(buf, ip + 12, i64(params[row, 3]), 4)
+            if egress_rid != 0:  # a copy to one of the workers behind the port
+                _put(buf, p + c.udp_off + 2, egress_rid, 2)
+        _put(buf, p + c.udp_off, c.ina_udp_port, 2)
         buf[p + c.udp_off + 6] = 0
         buf[p + c.udp_off + 7] = 0
     _count(ctr, c.tx_at, c.ports_n, egress_port, length)  # bmv2 counts the ingress length
@@ -684,6 +707,7 @@ def make_kernel(c: Constants) -> BatchKernel:
         slices: I64s,
         params: I64s,
         mc_ports: I64s,
+        mc_rids: I64s,
         plens: I64s,
         misc: I64s,
         cells: I64s,
@@ -715,6 +739,7 @@ def make_kernel(c: Constants) -> BatchKernel:
             slices=slices,
             params=params,
             mc_ports=mc_ports,
+            mc_rids=mc_rids,
             plens=plens,
             misc=misc,
         )
@@ -769,14 +794,15 @@ def make_kernel(c: Constants) -> BatchKernel:
                 for r in range(copies):
                     at = p + r * length
                     egress_port = i64(mc_ports[first + r])
-                    _egress(out_buf, at, length, egress_port, ina_valid, ipv4_valid, t, ctr, c)
+                    rid = i64(mc_rids[first + r])
+                    _egress(out_buf, at, length, egress_port, rid, ina_valid, ipv4_valid, t, ctr, c)
                     out_offset[out_n] = at
                     out_length[out_n] = length
                     out_port[out_n] = egress_port
                     out_n += 1
                 out_used += copies * length
             elif egress_spec != c.drop_port:
-                _egress(out_buf, p, length, egress_spec, ina_valid, ipv4_valid, t, ctr, c)
+                _egress(out_buf, p, length, egress_spec, 0, ina_valid, ipv4_valid, t, ctr, c)
                 out_offset[out_n] = p
                 out_length[out_n] = length
                 out_port[out_n] = egress_spec

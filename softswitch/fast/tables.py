@@ -8,10 +8,10 @@ the reference reads them), and each table maps its key, packed into one int64, t
 | --- | --- | --- |
 | ina_loss | ingress port | (threshold) |
 | ina_job | job_id << 8 \\| tree_id | agg_node's 7 (base, pool_size, fanin, ..., epoch) |
-| ina_child | job_id << 40 \\| tree_id << 32 \\| port | (index); its direct counter in `row_ctr` |
+| ina_child | `pack_child_key`(job_id, tree_id, port, UDP port) | (index); counted in `row_ctr` |
 | ina_egress | egress port | to_host(dmac, dip, smac, sip) |
 | ipv4_lpm | prefix_len << 32 \\| prefix | (1, dmac, port) for ipv4_forward, (0) for drop |
-| multicast | group id | (first replica in `mc_ports`, replicas) |
+| multicast | group id | (first replica in `mc_ports` and `mc_rids`, replicas) |
 
 A key no packet can carry (a field wider than the header's, a prefix with bits past its
 length) is left out: the reference's look-up could never return it either. Tables are small
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inaemu.softswitch.fast.kernel import (
+    CHILD_PORT_BITS,
     LPM_FORWARD,
     M_LPM_DEFAULT,
     M_MAX_REPLICAS,
@@ -39,6 +40,7 @@ from inaemu.softswitch.fast.kernel import (
     T_MCAST,
     TableArrays,
     fill_hash,
+    pack_child_key,
 )
 from inaemu.softswitch.state import ActionCall, PipelineState, TableEntry
 
@@ -100,8 +102,8 @@ def compile_tables(pipe: PipelineState) -> CompiledTables:
             b.add(T_JOB, key[0] << 8 | key[1], _params(e.action, 7, pipe.ina_job.name))
     child_rows: list[tuple[int, TableEntry]] = []
     for key, e in pipe.ina_child.entries.items():
-        if _fits(key, (16, 8, 32)):
-            packed = key[0] << 40 | key[1] << 32 | key[2]
+        if _fits(key, (16, 8, CHILD_PORT_BITS, 16)):
+            packed = pack_child_key(*key)
             child_rows.append((b.add(T_CHILD, packed, _params(e.action, 1, "ina_child")), e))
     for key, e in pipe.ina_egress.entries.items():
         if _fits(key, (32,)):
@@ -117,10 +119,12 @@ def compile_tables(pipe: PipelineState) -> CompiledTables:
             plens.add(plen)
     lpm_default = b.row(_lpm_row(pipe.ipv4_lpm.default))
     mc_ports: list[int] = []
+    mc_rids: list[int] = []
     for mgid, replicas in pipe.multicast.groups.items():
         if 0 <= mgid <= 0xFFFF:
             b.add(T_MCAST, mgid, (len(mc_ports), len(replicas)))
             mc_ports += [port for port, _rid in replicas]
+            mc_rids += [rid for _port, rid in replicas]
     max_replicas = max((len(r) for r in pipe.multicast.groups.values()), default=0)
 
     params = np.zeros((max(1, len(b.params)), PARAMS_WIDTH), np.int64)
@@ -150,6 +154,7 @@ def compile_tables(pipe: PipelineState) -> CompiledTables:
         slices=slices,
         params=params,
         mc_ports=np.array(mc_ports or [0], np.int64),
+        mc_rids=np.array(mc_rids or [0], np.int64),
         plens=np.array(sorted(plens, reverse=True), np.int64),
         misc=misc,
     )
