@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_OUT = Path("build/papers-sim")
-PAPERS = ("multitree", "eflops", "ina")
+PAPERS = ("multitree", "eflops", "ina", "training")
 KIB = 1024
 
 # the papers' settings (docs/papers.md quotes each with its source)
@@ -53,13 +53,25 @@ class Sim:
     name: str  # what the run is for: "main", "weak", "bigraph", "leaf-spine", ...
     topo: str
     algos: tuple[str, ...]
-    sizes: tuple[int, ...]  # elements (int32) per worker
+    sizes: tuple[int, ...]  # elements per worker
     options: tuple[str, ...] = ()
+    codec: str = "int32"
+    density: float = 1.0
+
+    @property
+    def label(self) -> str:
+        """The run's directory name."""
+        what = f"{self.paper}-{self.name}-{self.topo.replace(':', '-')}"
+        if self.codec != "int32":
+            what += f"-{self.codec}"
+        return what + (f"-d{self.density:g}" if self.density < 1 else "")
 
     def argv(self, run_dir: Path) -> list[str]:
+        density = ("--density", f"{self.density:g}") if self.density < 1 else ()
         return [
             *("-m", "inaemu.sim", "--topo", self.topo, "--algo", ",".join(self.algos)),
-            *("--sizes", ",".join(str(s) for s in self.sizes), "--codec", "int32"),
+            *("--sizes", ",".join(str(s) for s in self.sizes), "--codec", self.codec),
+            *density,
             *("--progress", "0", "--run-dir", str(run_dir), *self.options),
         ]
 
@@ -135,11 +147,13 @@ def plan(paper: str, quick: bool) -> list[Sim]:
                     DATACENTER_LINKS)
             )  # fmt: skip
         return runs
+    if paper == "training":
+        return training_plan(quick)
     raise ValueError(paper)
 
 
 def run(sim: Sim, out: Path) -> Outcome:
-    run_dir = out / "runs" / f"{sim.paper}-{sim.name}-{sim.topo.replace(':', '-')}"
+    run_dir = out / "runs" / sim.label
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -321,7 +335,134 @@ def ina_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, Any]]:
     return lines, {"rows": table}
 
 
-REPORTS = {"multitree": multitree_report, "eflops": eflops_report, "ina": ina_report}
+# ---------------------------------------------------------------------- training speedups
+#
+# An iteration is its compute, then the all-reduce of every gradient (bench/paper_models.py:
+# the models' sizes from their layer shapes, published compute times with their sources). The
+# all-reduce is simulated at two sizes on the paper's kind of network; both algorithms are
+# links- or window-bound there, so their time is a + b x size, and the fit gives it at the
+# model's size (the largest models are 60-140 M elements: simulated whole, they would take
+# this machine hours). The speedup is the baseline's iteration over the system's.
+
+INCEPTIONN_NET = ("star:4", ("--rate", "10G", "--delay", "1us"))  # 4 nodes, 10 GbE (recalled)
+SKETCH_NET = ("star:8", ("--rate", "100G", "--delay", "1us"))  # not found: our choice
+SKETCH_DENSITY = {"ncf": 0.024, "lstm": 0.77, "bert_base": 0.78, "vgg19": 1.0}
+
+
+def _paper_models() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "paper_models", Path(__file__).resolve().parent / "paper_models.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paper_models"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def training_plan(quick: bool) -> list[Sim]:
+    sizes = (64 * KIB, 256 * KIB) if quick else (1024 * KIB, 4096 * KIB)
+    topo, links = INCEPTIONN_NET
+    runs = [
+        Sim("training", "inceptionn", topo, ("ps",), sizes, links, codec="plain"),
+        Sim("training", "inceptionn", topo, ("ring",), sizes, links, codec="inceptionn"),
+    ]
+    topo, links = SKETCH_NET
+    runs.append(Sim("training", "sketch", topo, ("ina",), sizes, links, codec="fixedpoint"))
+    densities = sorted(set(SKETCH_DENSITY.values()))
+    for d in densities[:1] if quick else densities:
+        runs.append(Sim("training", "sketch", topo, ("ina",), sizes, links, "sketch", d))
+    return runs
+
+
+def fit(outcome: Outcome, algo: str) -> tuple[float, float] | None:
+    """(a, b) of time = a + b x elements through the run's two sizes; None if either failed."""
+    (n1, n2) = outcome.sim.sizes[:2]
+    t1, t2 = outcome.seconds(algo, n1), outcome.seconds(algo, n2)
+    if t1 is None or t2 is None:
+        return None
+    b = (t2 - t1) / (n2 - n1)
+    return t1 - b * n1, b
+
+
+def at(line: tuple[float, float] | None, elements: int) -> float | None:
+    return None if line is None else line[0] + line[1] * elements
+
+
+def training_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, Any]]:
+    pm = _paper_models()
+    find = {(o.sim.name, o.sim.codec, o.sim.density): o for o in outcomes}
+    lines = [
+        "Per-iteration speedups with the papers' compute: iteration = compute + all-reduce "
+        "(no overlap); the all-reduce simulated at "
+        + " and ".join(size_bytes(n) for n in outcomes[0].sim.sizes)
+        + " per worker and fitted linearly to the model's gradient",
+        "",
+        "| paper | model | gradient | density | compute (GPU, batch) | baseline all-reduce "
+        "| system all-reduce | all-reduce speedup | iteration speedup | paper |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    table = []
+
+    def add(paper: str, key: str, density: float, base: Any, system: Any) -> None:
+        model = pm.MODELS[key]
+        setting = pm.PAPERS[paper]
+        comm_a, comm_b = at(base, model.params), at(system, model.params)
+        compute = model.compute[0] if model.compute else None
+        if paper == "sketch":  # the newer paper: its models' newest GPU found
+            compute = model.compute[-1] if model.compute else None
+        comm_x = ratio(comm_a, comm_b)
+        iter_x = None
+        if compute is not None and comm_a is not None and comm_b is not None:
+            iter_x = pm.iteration_speedup(compute.seconds, comm_a, comm_b)
+        gpu = (
+            "not found"
+            if compute is None
+            else f"{compute.seconds * 1e3:.1f} ms ({compute.gpu}, {compute.batch})"
+        )
+        claim = (
+            f"{setting.speedup_low:g}-{setting.speedup_high:g}x"
+            if setting.speedup_low != setting.speedup_high
+            else f"up to {setting.speedup_high:g}x"
+        )
+        table.append({"paper": paper, "model": key, "params": model.params, "density": density,
+                      "compute_s": None if compute is None else compute.seconds,
+                      "compute_gpu": None if compute is None else compute.gpu,
+                      "baseline_s": comm_a, "system_s": comm_b, "allreduce_speedup": comm_x,
+                      "iteration_speedup": iter_x})  # fmt: skip
+        lines.append(
+            f"| {paper} | {model.name} | {model.gradient_bytes / 2**20:.0f} MiB | {density:g} | "
+            f"{gpu} | {fmt_s(comm_a)} | {fmt_s(comm_b)} | {fmt_x(comm_x)} | {fmt_x(iter_x)} | "
+            f"{claim} |"
+        )
+
+    ps, ring = find.get(("inceptionn", "plain", 1.0)), find.get(("inceptionn", "inceptionn", 1.0))
+    if ps and ring:
+        for key in pm.PAPERS["inceptionn"].models:
+            add("inceptionn", key, 1.0, fit(ps, "ps"), fit(ring, "ring"))
+    fixed = find.get(("sketch", "fixedpoint", 1.0))
+    for key in pm.PAPERS["sketch"].models:
+        sketch = find.get(("sketch", "sketch", SKETCH_DENSITY[key]))
+        if fixed and sketch:
+            add("sketch", key, SKETCH_DENSITY[key], fit(fixed, "ina"), fit(sketch, "ina"))
+    lines += [
+        "",
+        "INCEPTIONN: the worker-aggregator without compression (ps, plain) against the ring with "
+        "INCEPTIONN's codec, star:4 at 10 Gbit/s; the sketch: INA with the sketch against INA "
+        "with fixed point, star:8 at 100 Gbit/s, at each model's gradient density "
+        "(bench/paper_models.py and docs/papers.md say where each number comes from)",
+    ]
+    return lines, {"rows": table}
+
+
+REPORTS = {
+    "multitree": multitree_report,
+    "eflops": eflops_report,
+    "ina": ina_report,
+    "training": training_report,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
