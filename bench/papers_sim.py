@@ -15,9 +15,13 @@ project's switch pipeline and host protocols, docs/sim.md), every result checked
   beside "up to 6.08x" and the trend with the host count.
 - INA at scale: in-network aggregation (multi-tree and one tree) against ring,
   halving-doubling and MultiTree on leaf-spines of 16 to 1,024 hosts at 100 Gbit/s.
+- training: INCEPTIONN's and the sketch paper's per-iteration speedups, an iteration being a
+  model's published compute then the all-reduce of its gradients (`bench/paper_models.py`),
+  the all-reduce simulated at two sizes and fitted to the model's.
 
-`--quick` runs the smallest of each (a few minutes; CI's smoke test); the full run's time on
-this machine is printed at the end and stated in docs/papers.md. Writes into `--out`:
+`--quick` runs the smallest of each (about 2 minutes); the full run (about 33 minutes here)
+prints its time at the end; docs/papers.md states both and the full run's tables. Writes
+into `--out`:
 `papers_sim.md` (the tables), `papers_sim.json` (every row of every run, the ratios, the
 claims) and each run's `inaemu sim` run dir. Exit status 0 when every result was verified,
 1 otherwise; without ns-3 (the `[sim]` extra) it says so and exits 0.
@@ -141,7 +145,7 @@ def plan(paper: str, quick: bool) -> list[Sim]:
             Sim(paper, "leaf-spine", f"leaf-spine:{s}", every, size, DATACENTER_LINKS)
             for s in shapes
         ]
-        if not quick:  # 1,024 hosts: INA and the ring (MultiTree's greedy trees take hours)
+        if not quick:  # 1,024 hosts: INA and the ring only, to keep the full run near 30 min
             runs.append(
                 Sim(paper, "leaf-spine", "leaf-spine:32x32x32", ("ina", "ring"), size,
                     DATACENTER_LINKS)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from inaemu.common.loopback import WireError, check_wire_dir_path
-from inaemu.common.wire import MAX_RUN, SLOT_INDEX_MASK
-from inaemu.p4.constants import DROP_PORT
+from inaemu.common.wire import MAX_RUN
+from inaemu.p4.constants import DROP_PORT, INA_SLOTS
 from inaemu.p4.plan import loss_threshold
 
 MAX_SECONDS = 86_400.0  # timeouts and delays: at most a day (a longer wait is a typo)
@@ -153,7 +153,7 @@ SWITCH_PORT = Integer(0, DROP_PORT - 1, "a switch port", f"{DROP_PORT} is the dr
 DEVICE_ID = Integer(0, 2**64 - 1, "a P4Runtime device id")
 JOB_ID = Integer(0, 0xFFFF, "a job id")
 RUN_ID = Integer(0, MAX_RUN, "a run id")
-WINDOW = Integer(1, SLOT_INDEX_MASK, "a number of slots")
+WINDOW = Integer(1, INA_SLOTS, "a number of slots")  # a pool fits in one switch's slots
 TREES = Integer(0, MAX_TREES, "a number of trees", "0: one per root candidate")
 SEED = Integer(0, 2**64 - 1, "a seed")
 ELEMENTS = Integer(1, MAX_ELEMENTS, "a number of elements")
