@@ -145,6 +145,14 @@ def plan(paper: str, quick: bool) -> list[Sim]:
             Sim(paper, "leaf-spine", f"leaf-spine:{s}", every, size, DATACENTER_LINKS)
             for s in shapes
         ]
+        for k in (4,) if quick else (4, 8):  # fat trees of 16 and 128 hosts
+            runs.append(Sim(paper, "fat-tree", f"fat-tree:{k}", every, size, DATACENTER_LINKS))
+        if not quick:  # INA with each codec that runs on a switch, on 64 hosts
+            for codec in ("fixedpoint", "sketch"):
+                runs.append(
+                    Sim(paper, "codec", "leaf-spine:8x8x8", ("ina",), size, DATACENTER_LINKS,
+                        codec=codec)
+                )  # fmt: skip
         if not quick:  # 1,024 hosts: INA and the ring only, to keep the full run near 30 min
             runs.append(
                 Sim(paper, "leaf-spine", "leaf-spine:32x32x32", ("ina", "ring"), size,
@@ -258,6 +266,8 @@ def _nodes(topo: str) -> int:
         return dims[0] * dims[1]
     if topo.startswith("leaf-spine"):
         return dims[0] * dims[2]
+    if topo.startswith("fat-tree"):
+        return dims[0] ** 3 // 4
     raise ValueError(topo)
 
 
@@ -312,27 +322,28 @@ def eflops_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, Any
 def ina_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, Any]]:
     algos = ("ina", "ina-1tree", "ring", "hd", "multitree")
     lines = [
-        "In-network aggregation at scale: leaf-spines (L leaves x S spines x H hosts a leaf), "
-        "100 Gbit/s, 1 us, int32",
+        "In-network aggregation at scale: leaf-spines (L leaves x S spines x H hosts a leaf) "
+        "and fat trees, 100 Gbit/s, 1 us; int32 unless the codec says otherwise",
         "",
-        "| hosts | topology | per host | " + " | ".join(algos) + " | ring / ina | best host "
-        "collective / ina |",
-        "| ---: | --- | ---: | " + " | ".join("---:" for _ in algos) + " | ---: | ---: |",
+        "| hosts | topology | codec | per host | " + " | ".join(algos) + " | ring / ina | best "
+        "host collective / ina |",
+        "| ---: | --- | --- | ---: | " + " | ".join("---:" for _ in algos) + " | ---: | ---: |",
     ]
     table = []
-    for o in sorted(outcomes, key=lambda o: _nodes(o.sim.topo)):
+    for o in sorted(outcomes, key=lambda o: (o.sim.name == "codec", _nodes(o.sim.topo))):
         for size in o.sim.sizes:
             t = {a: o.seconds(a, size) for a in algos}
             hosts_best = [x for a in ("ring", "hd", "multitree") if (x := t[a]) is not None]
             ring_x = ratio(t["ring"], t["ina"])
             best_x = ratio(min(hosts_best), t["ina"]) if hosts_best else None
             row: dict[str, Any] = {
-                "hosts": _nodes(o.sim.topo), "topo": o.sim.topo, "size": size, **t,
+                "hosts": _nodes(o.sim.topo), "topo": o.sim.topo, "codec": o.sim.codec,
+                "size": size, **t,
                 "ring_over_ina": ring_x, "best_over_ina": best_x,
             }  # fmt: skip
             table.append(row)
             lines.append(
-                f"| {row['hosts']} | {o.sim.topo} | {size_bytes(size)} | "
+                f"| {row['hosts']} | {o.sim.topo} | {o.sim.codec} | {size_bytes(size)} | "
                 + " | ".join(fmt_s(t[a]) for a in algos)
                 + f" | {fmt_x(ring_x)} | {fmt_x(best_x)} |"
             )

@@ -54,7 +54,10 @@ def test_the_plans_run_the_papers_settings(bench: ModuleType) -> None:
     assert [s.topo for s in eflops if s.name == "bigraph"][-1] == "bigraph:8x16"
     assert all("--ecmp" in s.options for s in eflops if s.name == "leaf-spine")
     assert {bench._nodes(s.topo) for s in eflops} == {8, 16, 32, 64, 128}
-    assert max(bench._nodes(s.topo) for s in bench.plan("ina", quick=False)) == 1024
+    ina = bench.plan("ina", quick=False)
+    assert max(bench._nodes(s.topo) for s in ina) == 1024
+    assert {bench._nodes(s.topo) for s in ina if s.topo.startswith("fat-tree")} == {16, 128}
+    assert {s.codec for s in ina if s.name == "codec"} == {"fixedpoint", "sketch"}
 
 
 def test_multitree_s_ratios_are_paired_by_size(bench: ModuleType) -> None:
