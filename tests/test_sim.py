@@ -4,7 +4,6 @@ the codec on the reference switch. Skipped without ns-3 (`pip install 'inaemu[si
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,24 +11,12 @@ import pytest
 
 from inaemu.common.wire import FRAME_BYTES, K
 from inaemu.hostlib.worker import expected_sum, worker_input
-from inaemu.sim.engine import Ns3, Simulation, load, ns3_available
+from inaemu.sim.engine import Simulation, ns3_available
 from inaemu.sim.ina import InaOutcome, InaSettings, simulate_ina
 from inaemu.sim.network import ETHERNET_OVERHEAD, LinkSpec, SimNetwork
 from inaemu.topology.builders import from_spec
 
 pytestmark = pytest.mark.skipif(ns3_available() is not None, reason=str(ns3_available()))
-
-
-@pytest.fixture(scope="module")
-def ns3() -> Ns3:
-    return load()
-
-
-@pytest.fixture
-def sim(ns3: Ns3) -> Iterator[Simulation]:
-    s = Simulation(ns3)
-    yield s
-    s.close()
 
 
 def run_ina(

@@ -5,8 +5,6 @@ simulations are skipped without ns-3 (`pip install 'inaemu[sim]'`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
@@ -23,7 +21,7 @@ from inaemu.sim.collectives import (
     schedule_for,
     simulate_schedule,
 )
-from inaemu.sim.engine import PS_PER_S, Ns3, SimError, Simulation, load, ns3_available
+from inaemu.sim.engine import PS_PER_S, Ns3, SimError, Simulation, ns3_available
 from inaemu.sim.ipnet import IpNetwork
 from inaemu.sim.network import LinkSpec
 from inaemu.sim.tcp import TcpSettings
@@ -95,18 +93,6 @@ def test_an_algorithm_that_is_no_collective_is_refused() -> None:
 
 
 # ---------------------------------------------------------------------- simulations
-
-
-@pytest.fixture(scope="module")
-def ns3() -> Ns3:
-    return load()
-
-
-@pytest.fixture
-def sim(ns3: Ns3) -> Iterator[Simulation]:
-    s = Simulation(ns3)
-    yield s
-    s.close()
 
 
 def run(
