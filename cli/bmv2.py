@@ -4,8 +4,10 @@ Ctrl-C or printed as a shell script (`--print`); the command lines are
 start or exited) stops the others and is said in one line.
 
 A port whose interface does not exist here is said before the switches start, in one line
-naming every such interface, and on its switch's READY line (`missing=`): bmv2 starts
-anyway and serves P4Runtime (the control plane can be programmed and read), but such a port
+naming every such interface, and on its switch's READY line (`missing=`); one that is down
+or whose MTU cannot carry an INA frame is said in a line of its own
+(`softswitch.ports.check_interface`, the check with which the softswitch refuses them). bmv2
+starts anyway and serves P4Runtime (the control plane can be programmed and read), but such a port
 sends and receives nothing. Refusing would rule out that use; starting silently made READY a
 lie about the data plane."""
 
@@ -22,6 +24,7 @@ from typing import Any
 from inaemu.common import args as arg
 from inaemu.controller import bmv2
 from inaemu.p4.tools import missing_tools
+from inaemu.softswitch.ports import InterfaceError, check_interface
 from inaemu.topology.model import Topology, TopologyError
 
 
@@ -82,6 +85,8 @@ def cmd_bmv2(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    for problem in unusable_interfaces(commands):  # they exist, but a frame cannot pass
+        print(f"inaemu bmv2: warning: {problem}", file=sys.stderr, flush=True)
     stop = threading.Event()
     handlers = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -125,11 +130,35 @@ def missing_interfaces(commands: list[bmv2.SwitchCommand]) -> dict[str, list[str
             if option != "-i":
                 continue
             ifname = value.partition("@")[2]
-            try:
-                socket.if_nametoindex(ifname)
-            except OSError:
+            if not _exists(ifname):
                 absent.setdefault(c.switch, []).append(ifname)
     return absent
+
+
+def unusable_interfaces(commands: list[bmv2.SwitchCommand]) -> list[str]:
+    """Why each existing interface of the switches' `-i PORT@IFACE` options cannot carry an
+    INA frame (down, or an MTU below one: `softswitch.ports.check_interface`), one line each;
+    the missing ones are `missing_interfaces`'."""
+    problems = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for c in commands:
+            for option, value in zip(c.argv, c.argv[1:], strict=False):
+                ifname = value.partition("@")[2]
+                if option != "-i" or not _exists(ifname):
+                    continue
+                try:
+                    check_interface(sock, ifname)
+                except InterfaceError as exc:
+                    problems.append(f"{c.switch}: {exc}")
+    return problems
+
+
+def _exists(ifname: str) -> bool:
+    try:
+        socket.if_nametoindex(ifname)
+    except OSError:
+        return False
+    return True
 
 
 def add_parser(sub: Any) -> None:

@@ -41,6 +41,7 @@ from inaemu.common.loopback import (
     host_end,
     port_end,
 )
+from inaemu.common.wire import ETH_BYTES, FRAME_BYTES
 from inaemu.softswitch.batch import FrameBatch
 
 __all__ = ["AfPacketPort", "LoopbackWire", "Port", "WireDir", "WireError", "host_end", "port_end"]
@@ -56,6 +57,9 @@ TPACKET_V2 = 1
 TP_STATUS_KERNEL, TP_STATUS_USER = 0, 1
 TPACKET_MAC_OFFSET = 66  # where a frame starts in its V2 slot (header, sockaddr_ll, alignment)
 SIOCGIFMTU = 0x8921
+SIOCGIFFLAGS = 0x8913
+IFF_UP = 0x1
+INA_MTU = FRAME_BYTES - ETH_BYTES  # an INA frame's IPv4 packet: the least MTU a port needs
 RING_BYTES = 4 << 20  # an AF_PACKET port's receive ring
 RING_READ = 512  # slots one `recv_into` takes at most
 SEND_BATCH = 256  # frames per sendmmsg call
@@ -283,7 +287,7 @@ class AfPacketPort:
         self.name = ifname
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # nothing until bound
         try:
-            mtu = _interface_mtu(self.sock, ifname)
+            mtu = check_interface(self.sock, ifname)
             frame_size = max(2048, 1 << (TPACKET_MAC_OFFSET + 18 + mtu - 1).bit_length())
             block_size = max(frame_size, 1 << 16)
             blocks = max(ring_bytes // block_size, 1)
@@ -303,6 +307,9 @@ class AfPacketPort:
                 mmap.PROT_READ | mmap.PROT_WRITE,
             )
             self.sock.bind((ifname, ETH_P_ALL))
+        except InterfaceError:
+            self.sock.close()
+            raise
         except OSError as exc:
             self.sock.close()
             raise OSError(
@@ -434,6 +441,32 @@ class AfPacketPort:
             self._ring.close()
         except BufferError:  # a view is still alive somewhere: unmapped when it goes
             pass
+
+
+class InterfaceError(ValueError):
+    """A network interface a port cannot use, and what to do about it (one line)."""
+
+
+def check_interface(sock: socket.socket, ifname: str) -> int:
+    """The MTU of `ifname`, which a switch port can use: it exists (in this process's network
+    namespace), is up, and its MTU carries an INA frame; `InterfaceError` saying which is
+    not so and how to fix it otherwise."""
+    req = struct.pack("16sH22x", ifname.encode()[:15], 0)
+    try:
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, req))[1]
+    except OSError:
+        raise InterfaceError(
+            f"interface {ifname!r} does not exist here (`ip link show` lists this namespace's)"
+        ) from None
+    if not flags & IFF_UP:
+        raise InterfaceError(f"interface {ifname!r} is down: `ip link set {ifname} up` first")
+    mtu = _interface_mtu(sock, ifname)
+    if mtu < INA_MTU:
+        raise InterfaceError(
+            f"interface {ifname!r} has MTU {mtu}, less than the {INA_MTU} bytes an INA frame "
+            f"needs: `ip link set {ifname} mtu 1500`"
+        )
+    return mtu
 
 
 def _interface_mtu(sock: socket.socket, ifname: str) -> int:

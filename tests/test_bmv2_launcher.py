@@ -183,6 +183,54 @@ def test_bmv2_names_the_interfaces_that_do_not_exist(tmp_path: Path) -> None:
     assert missing_interfaces(here) == {"l1": ["nosuch7"]}
 
 
+UNUSABLE = """
+import sys
+from pathlib import Path
+from inaemu.cli.bmv2 import missing_interfaces, unusable_interfaces
+from inaemu.controller.bmv2 import topology_commands
+from inaemu.topology.model import Topology
+topo = Topology.load(Path(sys.argv[1]))
+ifaces = {("l1", 1): "down0", ("l1", 2): "small0", ("s1", 1): "lo"}
+commands = topology_commands(topo, Path(sys.argv[2]), iface_format="lo", ifaces=ifaces)
+print(missing_interfaces(commands))
+print("\\n".join(unusable_interfaces(commands)))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a network namespace")
+def test_bmv2_names_the_interfaces_that_cannot_carry_a_frame(tmp_path: Path) -> None:
+    """A port's interface that is down, or whose MTU is below an INA frame's, is said on a
+    line each (the softswitch's check); asked inside a namespace of the test's own."""
+    topology = _written(tmp_path, "leaf-spine:1x1x1")
+    ns = f"inaemu-bmv2-if-{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
+    try:
+        for cmd in (
+            "link add down0 type veth peer name down1",
+            "link add small0 type veth peer name small1",
+            "link set lo up", "link set small0 up", "link set small1 up",
+            "link set small0 mtu 200",
+        ):  # fmt: skip
+            subprocess.run(["ip", "-n", ns, *cmd.split()], check=True, capture_output=True)
+        proc = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", UNUSABLE, str(topology),
+             str(tmp_path / "run")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        missing, *problems = proc.stdout.strip().splitlines()
+        assert missing == "{}"
+        assert problems == [
+            "l1: interface 'down0' is down: `ip link set down0 up` first",
+            "l1: interface 'small0' has MTU 200, less than the 298 bytes an INA frame needs: "
+            "`ip link set small0 mtu 1500`",
+        ]
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def _written(tmp_path: Path, spec: str) -> Path:
     topology = tmp_path / "t.json"
     assert cli.main(["topo", spec, "-o", str(topology)]) == 0
