@@ -260,9 +260,7 @@ def multitree_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, 
 
 def _nodes(topo: str) -> int:
     dims = [int(x) for x in topo.split(":", 1)[1].split("x")]
-    if topo.startswith(("torus", "mesh")):
-        return dims[0] * dims[1]
-    if topo.startswith("bigraph"):
+    if topo.startswith(("torus", "mesh", "bigraph")):
         return dims[0] * dims[1]
     if topo.startswith("leaf-spine"):
         return dims[0] * dims[2]
@@ -425,9 +423,9 @@ def training_report(outcomes: Sequence[Outcome]) -> tuple[list[str], dict[str, A
         model = pm.MODELS[key]
         setting = pm.PAPERS[paper]
         comm_a, comm_b = at(base, model.params), at(system, model.params)
-        compute = model.compute[0] if model.compute else None
-        if paper == "sketch":  # the newer paper: its models' newest GPU found
-            compute = model.compute[-1] if model.compute else None
+        compute = None  # the sketch, the newer paper: its models' newest GPU found
+        if model.compute:
+            compute = model.compute[-1 if paper == "sketch" else 0]
         comm_x = ratio(comm_a, comm_b)
         iter_x = None
         if compute is not None and comm_a is not None and comm_b is not None:

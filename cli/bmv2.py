@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,16 +123,20 @@ def cmd_bmv2(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interfaces(commands: list[bmv2.SwitchCommand]) -> Iterator[tuple[str, str]]:
+    """(switch, interface) of every `-i PORT@IFACE` option of the switches' command lines."""
+    for c in commands:
+        for option, value in zip(c.argv, c.argv[1:], strict=False):
+            if option == "-i":
+                yield c.switch, value.partition("@")[2]
+
+
 def missing_interfaces(commands: list[bmv2.SwitchCommand]) -> dict[str, list[str]]:
     """switch -> the interfaces of its `-i PORT@IFACE` options that do not exist here."""
     absent: dict[str, list[str]] = {}
-    for c in commands:
-        for option, value in zip(c.argv, c.argv[1:], strict=False):
-            if option != "-i":
-                continue
-            ifname = value.partition("@")[2]
-            if not _exists(ifname):
-                absent.setdefault(c.switch, []).append(ifname)
+    for switch, ifname in _interfaces(commands):
+        if not _exists(ifname):
+            absent.setdefault(switch, []).append(ifname)
     return absent
 
 
@@ -141,15 +146,13 @@ def unusable_interfaces(commands: list[bmv2.SwitchCommand]) -> list[str]:
     the missing ones are `missing_interfaces`'."""
     problems = []
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        for c in commands:
-            for option, value in zip(c.argv, c.argv[1:], strict=False):
-                ifname = value.partition("@")[2]
-                if option != "-i" or not _exists(ifname):
-                    continue
-                try:
-                    check_interface(sock, ifname)
-                except InterfaceError as exc:
-                    problems.append(f"{c.switch}: {exc}")
+        for switch, ifname in _interfaces(commands):
+            if not _exists(ifname):
+                continue
+            try:
+                check_interface(sock, ifname)
+            except InterfaceError as exc:
+                problems.append(f"{switch}: {exc}")
     return problems
 
 

@@ -58,7 +58,7 @@ from inaemu.sim.network import (
     parse_queue,
     parse_rate,
 )
-from inaemu.sim.tcp import MTU_RANGE, min_rto_for
+from inaemu.sim.tcp import MTU_RANGE, min_rto_for, mtu_problem
 from inaemu.topology.builders import load_or_build
 from inaemu.topology.model import Topology, TopologyError
 from inaemu.topology.routes import NODE_PORTS
@@ -124,8 +124,9 @@ def _mtu(text: str) -> int:
         mtu = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: an MTU in bytes, {lo} to {hi}") from None
-    if not lo <= mtu <= hi:
-        raise argparse.ArgumentTypeError(f"MTU {mtu}: use {lo} (segments of 256 B) to {hi}")
+    problem = mtu_problem(mtu)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return mtu
 
 

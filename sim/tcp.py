@@ -42,6 +42,14 @@ MIN_BUFFER = 1 << 20
 PORT = 7000  # every rank listens on it
 
 
+def mtu_problem(mtu: int) -> str | None:
+    """Why `mtu` is not one the simulated TCP runs with (None: it is)."""
+    lo, hi = MTU_RANGE
+    if lo <= mtu <= hi:
+        return None
+    return f"MTU {mtu}: use {lo} (segments of 256 B) to {hi} (jumbo frames)"
+
+
 @dataclass(frozen=True)
 class TcpSettings:
     """What ns-3's TCP runs with (the module's docstring says why each)."""
@@ -58,9 +66,9 @@ class TcpSettings:
     data_retries: int = 6  # timeouts of one segment before a connection gives up
 
     def __post_init__(self) -> None:
-        if not MTU_RANGE[0] <= self.mtu <= MTU_RANGE[1]:
-            lo, hi = MTU_RANGE
-            raise ValueError(f"MTU {self.mtu}: use {lo} (segments of 256 B) to {hi} (jumbo frames)")
+        problem = mtu_problem(self.mtu)
+        if problem:
+            raise ValueError(problem)
         if self.congestion not in CONGESTION:
             raise ValueError(f"congestion control {self.congestion!r}: use {', '.join(CONGESTION)}")
         if self.buffer_bytes and not 64 * 1024 <= self.buffer_bytes <= 1 << 30:
