@@ -25,14 +25,17 @@ turns every expected failure into one line, `inaemu CMD: ...`, and a non-zero ex
     inaemu sim --topo torus:8x8 --algo ina [--size 256K] [--rate 100G] ...
     inaemu train [--backend all] [--workers 4] [--topo ...] [--mininet] SCRIPT [SCRIPT ARGS]
     inaemu train --example FILE        # writes the example training script (train_ddp.py)
+    inaemu cluster init --machine m1,ip=10.0.0.1,mac=...,port=1,iface=eth1,ranks=2 ... -o DIR
+    inaemu cluster setup -c DIR/cluster.json     # on each machine (root): ARP entries, checks
 
 With INAEMU_PARSE_ONLY=1 every command checks its arguments and the files they name, says so
 in one line and stops before it does anything (`common/args.py`, `parse_only`).
 
 `demo` (and its comparison, `--algo`): `demo.py`, `compare.py`; `softswitch`, `conformance`,
 `mininet`: the softswitch's, conformance's and Mininet's own command lines; `topo`: `topo.py`;
-`bmv2`: `bmv2.py`; `pipeline`, `job`, `routes`, `loss`, `stats`: `controller.py` (which says
-what they keep between runs); `schedule`: `schedule.py`; `train`: `train/launcher.py`.
+`bmv2`: `bmv2.py`; `cluster`: `cluster.py`; `pipeline`, `job`, `routes`, `loss`, `stats`:
+`controller.py` (which says what they keep between runs); `schedule`: `schedule.py`; `train`:
+`train/launcher.py`.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import sys
 
 import finsy as fy
 
-from inaemu.cli import bmv2, controller, topo
+from inaemu.cli import bmv2, cluster, controller, topo
 from inaemu.cli.demo_options import (
     TOPO_SIZE,
     DemoError,
@@ -319,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     topo.add_parser(sub)
     bmv2.add_parser(sub)
+    cluster.add_parser(sub)
     controller.add_parsers(sub)
     return ap
 

@@ -149,6 +149,7 @@ class Real:
 
 
 TCP_PORT = Integer(0, 65535, "a TCP port", "0: any free")
+UDP_PORT = Integer(1, 65535, "a UDP port")
 SWITCH_PORT = Integer(0, DROP_PORT - 1, "a switch port", f"{DROP_PORT} is the drop port")
 DEVICE_ID = Integer(0, 2**64 - 1, "a P4Runtime device id")
 JOB_ID = Integer(0, 0xFFFF, "a job id")

@@ -4,12 +4,15 @@
     inaemu train --backend ina-fixedpoint --topo leaf-spine:2x2x2 examples/train_ddp.py
     inaemu train --mininet --backend all --workers 4 examples/train_ddp.py   # as root
     inaemu train --workers 2 examples/train_ddp.py --steps 300 --lr 0.2     # its own options
+    INAEMU_CLUSTER=cluster/cluster.json torchrun --nnodes 2 --nproc-per-node 2 \
+        --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500 ... train_ddp.py   # docs/cluster.md
 
 The launcher's options come before the script, the script's after it (as with torchrun).
 An installed inaemu ships this script: `inaemu train --example FILE` writes it out.
 
 The launcher starts the switches, installs the job, takes a fresh run id and starts this
-script once per worker with everything in its environment; `from_environment()` turns that
+script once per worker with everything in its environment (on machines cabled to a switch,
+torchrun starts it, and `inaemu cluster init` prints those lines); `from_environment()` turns that
 into the gloo process group DDP needs and the backend's allreduce (in-network aggregation,
 the ring with INCEPTIONN, or gloo), and `register` hooks it into DDP. Nothing else here knows
 which backend runs.
@@ -32,6 +35,7 @@ optimizer defined here) to explain where the backends' losses part.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Iterable
 
@@ -39,6 +43,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from inaemu.hostlib.ddp import from_environment
+from inaemu.hostlib.launch import LaunchError
 
 VOCAB, TOKENS, CLASSES, DIM, HIDDEN = 2000, 8, 4, 16, 32
 ON_TOPIC = 0.5  # the probability that a token comes from its class's quarter
@@ -87,14 +92,17 @@ def main() -> None:
     args = ap.parse_args()
 
     torch.set_num_threads(1)
-    worker = from_environment()  # process group, client, codec and run id from the launcher
+    try:  # process group, client, codec and run id from the launcher (or torchrun's cluster)
+        worker = from_environment()
+    except LaunchError as exc:  # started by hand, or a cluster file that does not fit
+        sys.exit(f"train_ddp.py: {exc}")
     task = Task(args.seed)
     held_out = task.batch(2000, torch.Generator().manual_seed(args.seed + 1))
     drawn = batches(args.seed, worker.rank)
     ddp = DDP(model(args.seed))
     worker.register(ddp)  # gradients all-reduced by the backend the launcher chose
     opt = optimizer(ddp.parameters(), args.lr)
-    try:
+    with worker:  # closed at the end; the switch or a machine failing ends it in one line
         for it in range(args.steps):
             x, y = task.batch(args.batch, drawn)
             started, reduced = time.perf_counter(), worker.allreduce_seconds
@@ -114,8 +122,6 @@ def main() -> None:
                 step_seconds=seconds,
                 allreduce_seconds=worker.allreduce_seconds - reduced,
             )
-    finally:
-        worker.close()
 
 
 if __name__ == "__main__":

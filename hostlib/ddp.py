@@ -27,14 +27,15 @@ all_reduce over the process group, through the same hook, so that every backend'
 is timed alike).
 
 Under the launcher (`inaemu train SCRIPT ...`, which starts the switches, installs the job and
-takes a run id for every run) a script needs one call for all of that:
+takes a run id for every run), or under torchrun on machines cabled to a switch with a cluster
+file (`INAEMU_CLUSTER`: docs/cluster.md), a script needs one call for all of that:
 
     worker = from_environment()          # process group, client, codec, run id: INAEMU_*
     model = DDP(net)
     worker.register(model)               # the hook, whatever the backend
-    ...
-    worker.record(it, loss=..., accuracy=..., step_seconds=..., allreduce_seconds=...)
-    worker.close()
+    with worker:                         # closed at the end; a dead switch or peer: one line
+        ...
+        worker.record(it, loss=..., accuracy=..., step_seconds=..., allreduce_seconds=...)
 
 `examples/train_ddp.py` is a whole script.
 """
@@ -42,6 +43,7 @@ takes a run id for every run) a script needs one call for all of that:
 # No `from __future__ import annotations` here: DDP checks the hook's annotations at run time
 # against the real dist.GradBucket and torch.futures.Future[torch.Tensor] objects.
 import json
+import os
 import secrets
 import sys
 import time
@@ -69,6 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     ) from exc
 
 RENDEZVOUS_TIMEOUT = 120.0  # seconds the launched processes have to meet (they start slowly)
+GLOO_IFNAME = "GLOO_SOCKET_IFNAME"  # the interface gloo's process group uses
 
 
 class AllreduceClient(Protocol):
@@ -184,7 +187,9 @@ class LaunchedWorker:
         self.launch = launch
         self.state = state
         self._close_client = close_client
-        self._records = open(launch.records, "a", buffering=1) if launch.records else None  # noqa: SIM115
+        # `{rank}` in the path: a file per rank (torchrun gives a machine's ranks one environment)
+        records = launch.records.replace("{rank}", str(launch.rank))
+        self._records = open(records, "a", buffering=1) if records else None  # noqa: SIM115
         self._closed = False
 
     @property
@@ -255,16 +260,48 @@ class LaunchedWorker:
     def __enter__(self) -> "LaunchedWorker":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        """Close; a network failure of the allreduce (`NETWORK_FAILURES`: the switch or a peer
+        stopped answering, a machine died: `network_failures`) ends the process with one line on
+        stderr, naming this rank and its machine, and exit status 1, instead of a traceback
+        through DDP."""
         self.close()
+        if isinstance(exc, network_failures()):
+            where = f"rank {self.rank}" + (
+                f" on {self.launch.machine}" if self.launch.machine else ""
+            )
+            print(f"{where} ({self.backend}): {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+
+
+def network_failures() -> tuple[type[BaseException], ...]:
+    """What an allreduce raises when the network, the switch or another rank fails: the INA
+    client's errors, a host collective's peers', the transport's, and gloo's (`DistError`)."""
+    from inaemu.hostlib.client import InaError
+    from inaemu.hostlib.collective.peers import PeerError
+    from inaemu.hostlib.transport import TransportError
+
+    return (InaError, PeerError, TransportError, dist.DistError)
 
 
 def from_environment(environ: dict[str, str] | None = None) -> LaunchedWorker:
-    """The training process the launcher (`inaemu train`) started: reads its INAEMU_*
-    variables (`inaemu.hostlib.launch`), joins the gloo process group at the launcher's
-    rendezvous (unless the script did already) and makes the backend's client with the
-    launcher's run id. `LaunchError` if the variables are missing or wrong."""
+    """The training process the launcher (`inaemu train`) or torchrun started: reads its
+    variables (`inaemu.hostlib.launch`: INAEMU_*, under torchrun also torchrun's and the
+    cluster file's), joins the gloo process group at the launcher's rendezvous or torchrun's
+    (unless the script did already) and makes the backend's client with the launcher's run
+    id, or one the ranks draw together. `LaunchError` if the variables are missing or wrong.
+
+    Under torchrun gloo's process group uses the interface that faces the switch
+    (GLOO_SOCKET_IFNAME, unless it is set): where the host name resolves to another network
+    (or to 127.0.1.1), gloo would otherwise listen where its peers cannot reach it."""
     launch = Launch.from_env(environ)
+    if launch.under_torchrun and not os.environ.get(GLOO_IFNAME):
+        from inaemu.hostlib.worker import facing_interface
+
+        try:
+            os.environ[GLOO_IFNAME] = facing_interface(launch.agg_ip, launch.ip)
+        except OSError as exc:
+            raise LaunchError(f"{launch.machine} cannot reach its switch: {exc}") from None
     if not dist.is_initialized():
         dist.init_process_group(
             "gloo",
@@ -309,7 +346,7 @@ def _ina_client(launch: Launch) -> "InaClient":
         from inaemu.hostlib.worker import check_mac, facing_interface
 
         check_mac(facing_interface(launch.agg_ip, launch.ip), launch.mac)
-        transport = UdpTransport(launch.ip, launch.agg_ip)
+        transport = UdpTransport(launch.ip, launch.agg_ip, local_port=launch.udp_port)
     return InaClient(
         transport,
         job_id=launch.job,
@@ -333,6 +370,9 @@ def _schedule_client(launch: Launch) -> "ScheduleClient":
     from inaemu.hostlib.collective.wire_peers import on_host_wire
     from inaemu.hostlib.collective.worker import default_token
 
+    run = launch.run
+    if run is None:  # the launcher gives every host collective's run its id
+        raise LaunchError(f"{launch.backend}: INAEMU_RUN is not set (`inaemu train` sets it)")
     schedule = Schedule.load(Path(launch.schedule))
     channel: PeerChannel
     if launch.wire_dir:  # peers: mac/ip of every rank, frames routed by the switches
@@ -347,7 +387,7 @@ def _schedule_client(launch: Launch) -> "ScheduleClient":
             launch.wire_dir,
             launch.switch,
             launch.port,
-            run=launch.run,
+            run=run,
             mtu=launch.mtu,
             give_up=launch.timeout,
         )
@@ -356,12 +396,10 @@ def _schedule_client(launch: Launch) -> "ScheduleClient":
         ips = [ip for ip, _ in addresses]
         if launch.ip not in ips:
             raise LaunchError(f"INAEMU_PEERS does not name this worker's address {launch.ip}")
-        token = default_token(Path(launch.schedule), launch.peers, launch.run)
+        token = default_token(Path(launch.schedule), launch.peers, run)
         channel = TcpPeers(ips.index(launch.ip), addresses, token=token, timeout=launch.timeout)
     try:
-        return ScheduleClient(
-            schedule, channel.rank, channel, timeout=launch.timeout, run=launch.run
-        )
+        return ScheduleClient(schedule, channel.rank, channel, timeout=launch.timeout, run=run)
     except BaseException:
         channel.close()
         raise

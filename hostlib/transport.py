@@ -253,15 +253,26 @@ def ina_payloads(
 
 
 class UdpTransport:
-    """Kernel UDP: payloads to (switch_ip, INA_UDP_PORT), results on (local_ip, INA_UDP_PORT).
+    """Kernel UDP: payloads to (switch_ip, port), results on (local_ip, local_port); both
+    ports are the INA port (47500) unless said. A machine's ranks behind one interface each
+    bind their own `local_port` (`common.wire.worker_udp_port`): the switch tells them apart
+    by it and sends each its results there (docs/protocol.md, section 4).
 
     A send hands the whole batch to the kernel with `sendmmsg` (as many datagrams per call as
     it takes; a full socket buffer is waited out), a receive takes up to RECV_BATCH datagrams
     with one `recvmmsg` (`common.batch_io`)."""
 
-    def __init__(self, local_ip: str, switch_ip: str, *, port: int = INA_UDP_PORT) -> None:
+    def __init__(
+        self,
+        local_ip: str,
+        switch_ip: str,
+        *,
+        port: int = INA_UDP_PORT,
+        local_port: int | None = None,
+    ) -> None:
         self.peer = (switch_ip, port)
-        self.sock = _udp_socket((local_ip, port), "the INA UDP socket")
+        self.local_port = port if local_port is None else local_port
+        self.sock = _udp_socket((local_ip, self.local_port), "the INA UDP socket")
         self._mmsg = Mmsg(RECV_BATCH, UDP_SLOT, name=sockaddr_in(switch_ip, port))
         self._slots = _steps(RECV_BATCH, UDP_SLOT)  # where each receive slot starts
         self._at = np.empty(RECV_BATCH, np.int64)  # payloads received

@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inaemu.common import args as arg
+from inaemu.common.wire import INA_UDP_PORT
 from inaemu.hostlib.client import InaClient, InaError, InaTimeoutError, warm_up
 from inaemu.hostlib.codecs import CODECS, make_codec
 from inaemu.hostlib.codecs.base import simulate_allreduce
@@ -192,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--switch-ip", required=True, help="the switch's aggregation address (agg_ip)"
     )
     host.add_argument(
+        "--udp-port",
+        type=arg.UDP_PORT,
+        default=INA_UDP_PORT,
+        help="the UDP port this worker sends from and gets results at: its host's udp_port in "
+        "topology.json plus its local rank (default %(default)s: a host of one worker)",
+    )
+    host.add_argument(
         "--switch-mac",
         help="the switch's agg_mac: add a permanent ARP entry for --switch-ip (CAP_NET_ADMIN)",
     )
@@ -295,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         check_mac(dev, args.mac)
         if args.switch_mac:
             add_static_arp(args.switch_ip, args.switch_mac, args.local_ip)
-        transport = UdpTransport(args.local_ip, args.switch_ip)
+        transport = UdpTransport(args.local_ip, args.switch_ip, local_port=args.udp_port)
     except (OSError, ValueError) as exc:
         print(f"{name}: host set-up failed: {exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,6 @@ the records' merge, refusals.
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import os
 import re
@@ -45,20 +44,6 @@ from tests.test_mininet import assert_removed, in_root_ns, mininet_ready  # noqa
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_ddp.py"
 STEPS = 4
-
-
-@pytest.fixture(scope="module")
-def numerics() -> ModuleType:
-    """bench/train_numerics.py: the example's training replayed in one process."""
-    pytest.importorskip("torch", reason="PyTorch not installed")
-    spec = importlib.util.spec_from_file_location(
-        "train_numerics", ROOT / "bench" / "train_numerics.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_numerics"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------------- no network
