@@ -10,13 +10,14 @@
 both, and prints every command to run, in order: the switch on the machines' interfaces,
 `inaemu pipeline push`, `inaemu routes`, `inaemu job add`, `inaemu cluster setup` on each
 machine and each machine's torchrun line (`cluster_commands`, which the namespace test runs).
-`setup` makes a machine ready (`hostlib.cluster.setup_machine`) and says what it did.
+`setup` makes a machine ready (`setup_machine`) and says what it did.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,11 @@ from inaemu.hostlib.cluster import (
     TOPOLOGY_NAME,
     Cluster,
     find_machine,
-    setup_machine,
 )
 from inaemu.hostlib.launch import CLUSTER
+from inaemu.hostlib.worker import add_static_arp, check_mac, facing_interface
+from inaemu.mininet.offload import tx_offloads_off
+from inaemu.softswitch.ports import InterfaceError, check_interface
 from inaemu.topology.cluster import (
     AGG_MAC,
     MACHINE_FORM,
@@ -39,7 +42,7 @@ from inaemu.topology.cluster import (
     parse_machine,
     read_machines,
 )
-from inaemu.topology.model import TopologyError
+from inaemu.topology.model import Host, Topology, TopologyError
 
 RENDEZVOUS_PORT = 29500  # torchrun's usual
 SWITCH_KINDS = ("softswitch", "bmv2")
@@ -198,6 +201,36 @@ def cmd_setup(args: argparse.Namespace) -> None:
     arg.checks_done()
     for line in setup_machine(cluster, topo, host, offloads_off=args.offloads_off):
         print(line)
+
+
+def setup_machine(
+    cluster: Cluster, topo: Topology, host: Host, *, offloads_off: bool = False
+) -> list[str]:
+    """Make this machine ready for the job (as root; `inaemu cluster setup`): its interface
+    that faces the switch has the topology's MAC, is up and carries an INA frame; permanent
+    ARP entries for the switch's aggregation address and every other machine of the job (the
+    switch answers no ARP); with `offloads_off`, the interface's transmit offloads off (a
+    veth to a switch in user space: `inaemu.mininet.offload`). What it did, a line each;
+    OSError saying what failed and the fix."""
+    switch = topo.switches[topo.host_attachment(host.name)[0]]
+    dev = facing_interface(switch.agg_ip, host.ip)
+    check_mac(dev, host.mac)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            mtu = check_interface(probe, dev)
+        except InterfaceError as exc:
+            raise OSError(str(exc)) from None
+    done = [f"{host.name}: {host.ip} on {dev} ({host.mac}, MTU {mtu}), {host.ranks} ranks"]
+    neighbours = [(switch.agg_ip, switch.agg_mac, f"switch {switch.name}")] + [
+        (topo.hosts[w].ip, topo.hosts[w].mac, w) for w in cluster.workers if w != host.name
+    ]
+    for ip, mac, what in neighbours:
+        add_static_arp(ip, mac, host.ip)
+        done.append(f"ARP {ip} -> {mac} ({what}) on {dev}, permanent")
+    if offloads_off:
+        tx_offloads_off(dev)
+        done.append(f"{dev}: transmit offloads off")
+    return done
 
 
 def add_parser(sub: Any) -> None:

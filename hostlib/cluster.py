@@ -164,37 +164,3 @@ def _read(path: Path) -> Any:
         return read_json(path, "cluster file")
     except TopologyError as exc:
         raise ClusterError(str(exc)) from None
-
-
-def setup_machine(
-    cluster: Cluster, topo: Topology, host: Host, *, offloads_off: bool = False
-) -> list[str]:
-    """Make this machine ready for the job (as root; `inaemu cluster setup`): its interface
-    that faces the switch has the topology's MAC, is up and carries an INA frame; permanent
-    ARP entries for the switch's aggregation address and every other machine of the job (the
-    switch answers no ARP); with `offloads_off`, the interface's transmit offloads off (a
-    veth to a switch in user space: `inaemu.mininet.offload`). What it did, a line each;
-    OSError saying what failed and the fix."""
-    from inaemu.hostlib.worker import add_static_arp, check_mac, facing_interface
-    from inaemu.mininet.offload import tx_offloads_off
-    from inaemu.softswitch.ports import InterfaceError, check_interface
-
-    switch = topo.switches[topo.host_attachment(host.name)[0]]
-    dev = facing_interface(switch.agg_ip, host.ip)
-    check_mac(dev, host.mac)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            mtu = check_interface(probe, dev)
-        except InterfaceError as exc:
-            raise OSError(str(exc)) from None
-    done = [f"{host.name}: {host.ip} on {dev} ({host.mac}, MTU {mtu}), {host.ranks} ranks"]
-    neighbours = [(switch.agg_ip, switch.agg_mac, f"switch {switch.name}")] + [
-        (topo.hosts[w].ip, topo.hosts[w].mac, w) for w in cluster.workers if w != host.name
-    ]
-    for ip, mac, what in neighbours:
-        add_static_arp(ip, mac, host.ip)
-        done.append(f"ARP {ip} -> {mac} ({what}) on {dev}, permanent")
-    if offloads_off:
-        tx_offloads_off(dev)
-        done.append(f"{dev}: transmit offloads off")
-    return done

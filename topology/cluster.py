@@ -19,7 +19,6 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from inaemu.common.wire import MAX_FANIN
 from inaemu.topology.addresses import mac_bytes
 from inaemu.topology.model import MAX_PORT, MAX_RANKS, Topology, TopologyError
 
@@ -128,9 +127,9 @@ def cluster_topology(
     elif ipaddress.IPv4Address(agg_ip) not in net:
         raise TopologyError(f"--agg-ip {agg_ip} is not in the machines' subnet {net}")
     workers = sum(m.ranks for m in machines)
-    if workers > MAX_FANIN:
+    if workers > MAX_RANKS:
         raise TopologyError(
-            f"the machines run {workers} workers; one switch aggregates at most {MAX_FANIN} "
+            f"the machines run {workers} workers; one switch aggregates at most {MAX_RANKS} "
             "(its fan-in): fewer ranks"
         )
     topo = Topology()
