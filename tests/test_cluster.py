@@ -144,7 +144,7 @@ def test_a_cluster_file_is_checked_against_its_topology(
     init(tmp_path, capsys)
     path = tmp_path / "c" / "cluster.json"
     good = json.loads(path.read_text())
-    for change, message in [
+    changes: list[tuple[dict[str, object], str]] = [
         ({"gpus": 8}, "unknown key 'gpus'"),
         ({"window": 0}, r"window: expected a number of slots in 1\.\.1024"),
         ({"window": "64"}, "window: '64' is not a number"),
@@ -152,7 +152,8 @@ def test_a_cluster_file_is_checked_against_its_topology(
         ({"workers": ["m1", "m1"]}, "a machine is named twice"),
         ({"backend": "ring-plain"}, "under torchrun one of"),
         ({"topology": "nowhere.json"}, "its topology: .*no such topology"),
-    ]:
+    ]
+    for change, message in changes:
         path.write_text(json.dumps({**good, **change}))
         with pytest.raises(ClusterError, match=message):
             Cluster.load(path)
