@@ -16,6 +16,7 @@ machine and each machine's torchrun line (`cluster_commands`, which the namespac
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import socket
 from dataclasses import dataclass
@@ -30,10 +31,7 @@ from inaemu.hostlib.cluster import (
     Cluster,
     find_machine,
 )
-from inaemu.hostlib.launch import CLUSTER
-from inaemu.hostlib.worker import add_static_arp, check_mac, facing_interface
-from inaemu.mininet.offload import tx_offloads_off
-from inaemu.softswitch.ports import InterfaceError, check_interface
+from inaemu.hostlib.launch import CLUSTER, MACHINE
 from inaemu.topology.cluster import (
     AGG_MAC,
     MACHINE_FORM,
@@ -45,6 +43,10 @@ from inaemu.topology.cluster import (
 from inaemu.topology.model import Host, Topology, TopologyError
 
 RENDEZVOUS_PORT = 29500  # torchrun's usual
+# torchrun's workers then make their own store per rendezvous round: with the agent's store
+# shared (the default since PyTorch 2.5) a restart's ranks read the last round's gloo
+# addresses and fail to connect (pytorch/pytorch#135712), so that a restart never trains
+TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 SWITCH_KINDS = ("softswitch", "bmv2")
 
 
@@ -100,7 +102,7 @@ def cluster_commands(
         run_switch,
         control,
         ["inaemu", "cluster", "setup", "-c", cluster_file],
-        {CLUSTER: cluster_file},
+        {CLUSTER: cluster_file, **TORCHRUN_ENV},
         torchrun,
     )
 
@@ -197,7 +199,7 @@ def cmd_setup(args: argparse.Namespace) -> None:
         raise TopologyError("setup needs -c DIR/cluster.json (`inaemu cluster init` writes it)")
     path = Path(args.cluster)
     cluster, topo = Cluster.load(path)
-    host = find_machine(cluster, topo, args.machine or "", str(path))
+    host = find_machine(cluster, topo, args.machine or os.environ.get(MACHINE, ""), str(path))
     arg.checks_done()
     for line in setup_machine(cluster, topo, host, offloads_off=args.offloads_off):
         print(line)
@@ -212,6 +214,11 @@ def setup_machine(
     switch answers no ARP); with `offloads_off`, the interface's transmit offloads off (a
     veth to a switch in user space: `inaemu.mininet.offload`). What it did, a line each;
     OSError saying what failed and the fix."""
+    # here, not at the top: `inaemu` loads no compiled kernel for commands that need none
+    from inaemu.hostlib.worker import add_static_arp, check_mac, facing_interface
+    from inaemu.mininet.offload import tx_offloads_off
+    from inaemu.softswitch.ports import InterfaceError, check_interface
+
     switch = topo.switches[topo.host_attachment(host.name)[0]]
     dev = facing_interface(switch.agg_ip, host.ip)
     check_mac(dev, host.mac)
@@ -295,7 +302,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("-o", "--output", default="cluster", help="init: the directory to write")
     c.add_argument("-c", "--cluster", help="setup: the cluster file (DIR/cluster.json)")
     c.add_argument(
-        "--machine-name", dest="machine", help="setup: this machine (default: by address)"
+        "--machine-name",
+        dest="machine",
+        help="setup: this machine (default: $INAEMU_MACHINE, else by this host's address)",
     )
     c.add_argument(
         "--offloads-off",

@@ -118,9 +118,15 @@ def _take_rank(client: AllreduceClient) -> None:
             client.n_workers = dist.get_world_size()
 
 
+class GlooError(RuntimeError):
+    """gloo's all_reduce failed: a peer went away (its process or machine), or its
+    connection broke. The message is gloo's first line."""
+
+
 class GlooClient:
     """PyTorch's all_reduce (SUM) over the default process group, as an `AllreduceClient`:
-    the baseline through the same hook as the others (synchronous, timed alike)."""
+    the baseline through the same hook as the others (synchronous, timed alike). A broken
+    peer is a `GlooError` (gloo raises a bare RuntimeError, or `DistError`)."""
 
     @property
     def n_workers(self) -> int:
@@ -133,7 +139,12 @@ class GlooClient:
         if codec is not None:
             raise ValueError(f"gloo sums plain floats; it takes no codec, got {codec!r}")
         tensor = torch.from_numpy(np.array(x))  # a copy: the caller's array stays as it was
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        try:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        except RuntimeError as exc:  # gloo's: "[.../pair.cc:537] Read error [ip]:port: ..."
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            shown = "".join(c for c in first if c.isprintable())
+            raise GlooError(f"gloo's allreduce failed: {shown}") from exc
         out: npt.NDArray[np.generic] = tensor.numpy()
         return out
 
@@ -276,12 +287,12 @@ class LaunchedWorker:
 
 def network_failures() -> tuple[type[BaseException], ...]:
     """What an allreduce raises when the network, the switch or another rank fails: the INA
-    client's errors, a host collective's peers', the transport's, and gloo's (`DistError`)."""
+    client's errors, a host collective's peers', the transport's, and gloo's (`GlooError`)."""
     from inaemu.hostlib.client import InaError
     from inaemu.hostlib.collective.peers import PeerError
     from inaemu.hostlib.transport import TransportError
 
-    return (InaError, PeerError, TransportError, dist.DistError)
+    return (InaError, PeerError, TransportError, GlooError)
 
 
 def from_environment(environ: dict[str, str] | None = None) -> LaunchedWorker:

@@ -9,7 +9,8 @@ the topology), joined by a veth pair to `s1-eth<port>` in the switch's namespace
 switch (softswitch on AF_PACKET or simple_switch_grpc) and the controller's commands run.
 IPv6 is off everywhere (no router solicitations or DAD noise on the switch's ports). Removing
 a namespace removes its veths; `close()` removes every namespace this object made, and kills
-every process it started, even when the test failed.
+every process it started and every process left in its namespaces (a switch started in a
+session of its own by a process it started), even when the test failed.
 
 `start_softswitch(net)` and `start_bmv2(net, tmp)` run a switch on the switch's ports and wait
 until it serves P4Runtime (the end-to-end test and bench/bench_e2e.py use them).
@@ -157,6 +158,13 @@ class StarNet:
                 proc.wait(10)
         self._procs.clear()
         for ns in reversed(self._made):
+            # what those started in sessions of their own (`inaemu bmv2`'s switches) too
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            for pid in pids.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self._made.clear()
 

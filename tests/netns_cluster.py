@@ -124,7 +124,13 @@ class Machines:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.net.close()
+        if self._switch is not None and self._switch.poll() is None:
+            self._switch.terminate()  # as Ctrl-C: `inaemu bmv2` stops its switches itself
+            try:
+                self._switch.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.net.close()  # and whatever is left in the namespaces
 
     def _start(self) -> None:
         err = (self.tmp / f"{self.kind}.stderr").open("w")
@@ -167,12 +173,15 @@ class Machines:
         steps: int,
         kill: str = "",
         kill_after: int = 3,
+        one_rank: bool = False,
+        restarts: int = 0,
         limit: float = 300.0,
     ) -> Training:
         """Every machine's torchrun line with INAEMU_BACKEND=`backend`, the example training
-        `steps` iterations; `kill`: SIGKILL every process of that machine once its ranks have
-        recorded `kill_after` iterations. Waits for every torchrun to exit (`limit` seconds at
-        most: then stops them)."""
+        `steps` iterations; `kill`: SIGKILL every process of that machine (`one_rank`: one of
+        its training processes only) once every rank has recorded `kill_after` iterations;
+        `restarts`: torchrun's --max-restarts. Waits for every torchrun to exit (`limit`
+        seconds at most: then stops them)."""
         records = self.tmp / "records" / backend
         records.mkdir(parents=True, exist_ok=True)
         for f in records.glob("*"):
@@ -182,6 +191,7 @@ class Machines:
         started = time.monotonic()
         for name in self.names:
             env, argv = self.script.torchrun[name]
+            argv = [*argv[:-1], "--max-restarts", str(restarts), argv[-1]]  # before the script
             env = dict(
                 env, INAEMU_BACKEND=backend, INAEMU_RECORDS=str(records / "rank{rank}.jsonl")
             )
@@ -204,8 +214,8 @@ class Machines:
             for name, proc in procs.items():
                 if name not in ended and proc.poll() is not None:
                     ended[name] = time.monotonic() - started
-            if kill and killed_at is None and self._recorded(records, kill) >= kill_after:
-                self.kill_machine(kill)
+            if kill and killed_at is None and self._recorded(records) >= kill_after:
+                self.kill_machine(kill, one_rank=one_rank)
                 killed_at = time.monotonic() - started
             time.sleep(0.1)
         for proc in procs.values():
@@ -227,20 +237,31 @@ class Machines:
             ended,
         )
 
-    def _recorded(self, records: Path, machine: str) -> int:
+    def _recorded(self, records: Path) -> int:
         """Iterations recorded by every rank so far (the fewest of any rank's)."""
         files = list(records.glob("rank*.jsonl"))
         if len(files) < self.ranks * len(self.names):
             return 0
         return min(len(f.read_text().splitlines()) for f in files)
 
-    def kill_machine(self, name: str) -> None:
-        """SIGKILL every process in machine `name`'s namespace, as a machine that dies."""
+    def kill_machine(self, name: str, *, one_rank: bool = False) -> None:
+        """SIGKILL every process in machine `name`'s namespace, as a machine that dies
+        (`one_rank`: only the first of its training processes, as a rank that crashes)."""
         pids = subprocess.run(
             ["ip", "netns", "pids", self.net.host_ns[name]], capture_output=True, text=True
         ).stdout.split()
+        if one_rank:
+            ranks = [p for p in pids if str(EXAMPLE) in _cmdline(p)]
+            pids = [p for p in ranks if "torch.distributed.run" not in _cmdline(p)][:1]
         for pid in pids:
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -114,7 +115,8 @@ def test_init_writes_both_files_and_prints_every_command(
     ]
     env, m1 = script.torchrun["m1"]
     _, m2 = script.torchrun["m2"]
-    assert env == {"INAEMU_CLUSTER": str(tmp_path / "c" / "cluster.json")}
+    cluster_file = str(tmp_path / "c" / "cluster.json")
+    assert env == {"INAEMU_CLUSTER": cluster_file, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     assert m1[:5] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "2"]
     assert "--rdzv-endpoint" in m1 and m1[m1.index("--rdzv-endpoint") + 1] == "10.0.0.1:29500"
     # the first machine holds torchrun's store: it is told so, the others are not
@@ -260,3 +262,18 @@ def test_torchrun_on_this_host_trains_as_the_replay(
     merge_records(run, [tmp_path / f"rank{r}.jsonl" for r in range(2)])
     example = numerics.load_example()
     assert run.loss == [s.loss for s in numerics.replay(example, "gloo", workers=2, steps=3)]
+
+
+def test_the_guide_shows_what_init_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/cluster.md's init command and the script it shows under it agree with `init`."""
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text()
+    command = guide.split("```sh\n", 1)[1].split("```", 1)[0]
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[:3] == ["inaemu", "cluster", "init"]
+    monkeypatch.chdir(tmp_path)  # -o cluster: written here
+    assert main(argv[1:]) == 0
+    printed = capsys.readouterr().out.split("\n", 1)[1]  # after the "# wrote ..." line
+    shown = guide.split("in order. For the machines above it prints:\n\n```\n", 1)[1]
+    assert printed == shown.split("```", 1)[0]

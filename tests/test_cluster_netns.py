@@ -7,10 +7,12 @@ AF_PACKET and, where bmv2 is installed, simple_switch_grpc. Everything runs as a
 Per switch: the example trains through the switch (ina-fixedpoint) and with gloo over the
 same switch's routes; both runs' losses are, bit for bit, those of the training replayed in
 one process (bench/train_numerics.py), as `inaemu train`'s are. Then a machine dies
-mid-training (every process in its namespace SIGKILLed): each rank of the other machine ends
-with one line naming itself and the allreduce that found no result, within the cluster's
-timeout and a few seconds of torchrun's, not a hang; and the same torchrun lines run again,
-on the same installation, with nothing else changed: the ranks draw a new run id, and train.
+mid-training (every process in its namespace SIGKILLed), under INA and under gloo: each rank
+of the other machine ends with one line naming itself and the allreduce that failed, within
+the cluster's timeout and a few seconds of torchrun's, not a hang; the same torchrun lines run
+again, on the same installation, with nothing else changed: the ranks draw a new run id, and
+train; and one rank killed under `--max-restarts 1` has torchrun restart every rank, which
+draw a new run id and train to the replay's losses.
 """
 
 from __future__ import annotations
@@ -74,18 +76,33 @@ def test_torchrun_on_two_machines_through_one_switch(
     )
 
     # a machine dies mid-training: the other's ranks each say so in one line, in bounded time
-    died = machines.train("ina-fixedpoint", steps=10_000, kill="m2", kill_after=2, limit=120)
-    assert died.faulted_at is not None, died.output
-    assert died.exits["m1"] not in (0, None), died.output["m1"]
-    waited = died.ended["m1"] - died.faulted_at
-    assert waited < TIMEOUT + TEARDOWN, f"m1 ended {waited:.1f} s after m2 died"
-    out = died.output["m1"]
-    for rank in (0, 1):
-        line = next(ln for ln in out.splitlines() if f"rank {rank} on m1 (ina-fixedpoint): " in ln)
-        assert "job 1: no result for" in line and "every worker of the job alive?" in line, line
-    assert "[rank0]: Traceback" not in out and "[rank1]: Traceback" not in out, out
+    for backend, said in (
+        ("ina-fixedpoint", ["job 1: no result for", "every worker of the job alive?"]),
+        ("gloo", ["gloo's allreduce failed: ", "Connection reset by peer"]),
+    ):
+        died = machines.train(backend, steps=10_000, kill="m2", kill_after=2, limit=120)
+        assert died.faulted_at is not None, died.output
+        assert died.exits["m1"] not in (0, None), died.output["m1"]
+        waited = died.ended["m1"] - died.faulted_at
+        assert waited < TIMEOUT + TEARDOWN, f"{backend}: m1 ended {waited:.1f} s after m2 died"
+        out = died.output["m1"]
+        for rank in (0, 1):
+            line = next(ln for ln in out.splitlines() if f"rank {rank} on m1 ({backend}): " in ln)
+            assert all(s in line for s in said), line
+        assert "[rank0]: Traceback" not in out and "[rank1]: Traceback" not in out, out
 
     # the same lines again, on the same installation: a new run id, drawn by the ranks
     again = machines.train("ina-fixedpoint", steps=3)
     ok(again)
     assert again.run.iterations == [0, 1, 2]
+
+    # a rank crashes: torchrun (--max-restarts 1) restarts every rank, which draw a new run id
+    # and train from the start, to the replay's losses
+    restarted = machines.train(
+        "ina-fixedpoint", steps=steps, kill="m2", one_rank=True, kill_after=2, restarts=1
+    )
+    ok(restarted)
+    assert restarted.faulted_at is not None
+    assert "exitcode: -9" in restarted.output["m2"]  # the rank torchrun saw die
+    replayed = [s.loss for s in numerics.replay(example, "fixedpoint", workers=4, steps=steps)]
+    assert restarted.run.loss == replayed
