@@ -4,8 +4,8 @@
     inaemu train --backend ina-fixedpoint --topo leaf-spine:2x2x2 examples/train_ddp.py
     inaemu train --mininet --backend all --workers 4 examples/train_ddp.py   # as root
     inaemu train --workers 2 examples/train_ddp.py --steps 300 --lr 0.2     # its own options
-    INAEMU_CLUSTER=cluster/cluster.json torchrun --nnodes 2 --nproc-per-node 2 \
-        --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500 ... train_ddp.py   # docs/cluster.md
+    INAEMU_CLUSTER=cluster/cluster.json ... torchrun --nnodes 2 --nproc-per-node 2 ... \
+        train_ddp.py          # on each machine: the lines `inaemu cluster init` prints
 
 The launcher's options come before the script, the script's after it (as with torchrun).
 An installed inaemu ships this script: `inaemu train --example FILE` writes it out.
