@@ -32,10 +32,14 @@ from tests.netns_cluster import Machines, Training
 NS_MISSING = namespaces_missing()
 pytestmark = pytest.mark.skipif(NS_MISSING is not None, reason=f"machines: {NS_MISSING}")
 
-TIMEOUT = 5.0  # the cluster's: seconds without progress before a rank gives up
 # bmv2 (a default build, logging compiled in) forwards a few thousand packets a second here:
 # an iteration's 2,044 chunks take about a second
 STEPS = {"softswitch": 20, "bmv2": 6}
+# The cluster's timeout: seconds without progress before a rank gives up. bmv2 on this busy
+# 2-core machine loses about 3 % of what the machines send before its pipeline sees it (the
+# switch side's veths received it all; docs/cluster.md), and a burst of such losses, each
+# recovered by a retransmission after its timer, has left ranks without progress for 5 s.
+TIMEOUT = {"softswitch": 5.0, "bmv2": 20.0}
 TEARDOWN = 10.0  # seconds torchrun may take, after its ranks fail, to stop and exit
 
 
@@ -48,12 +52,17 @@ def machines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Machine
         if missing is not None:
             pytest.skip(f"bmv2: {missing}")
         program = str(compile_p4())
-    with Machines(tmp_path, request.param, timeout=TIMEOUT, program=program) as m:
+    with Machines(tmp_path, request.param, timeout=TIMEOUT[request.param], program=program) as m:
         yield m
 
 
+def tails(t: Training) -> str:
+    """The end of every machine's output, for a failed assertion's message."""
+    return "\n".join(f"===== {name}:\n{out[-2500:]}" for name, out in t.output.items())
+
+
 def ok(t: Training) -> None:
-    assert all(code == 0 for code in t.exits.values()), t.output
+    assert all(code == 0 for code in t.exits.values()), tails(t)
 
 
 def test_torchrun_on_two_machines_through_one_switch(
@@ -82,13 +91,14 @@ def test_torchrun_on_two_machines_through_one_switch(
     # a machine dies mid-training: the other's ranks each say so in one line, in bounded time
     for backend, said in (
         ("ina-fixedpoint", ["job 1: no result for", "every worker of the job alive?"]),
-        ("gloo", ["gloo's allreduce failed: ", "Connection reset by peer"]),
+        ("gloo", ["gloo's allreduce failed: ", "by peer"]),  # reset, or closed
     ):
-        died = machines.train(backend, steps=10_000, kill="m2", kill_after=2, limit=120)
-        assert died.faulted_at is not None, died.output
-        assert died.exits["m1"] not in (0, None), died.output["m1"]
+        died = machines.train(backend, steps=10_000, kill="m2", kill_after=2, limit=180)
+        assert died.faulted_at is not None, tails(died)
+        assert died.exits["m1"] not in (0, None), tails(died)
         waited = died.ended["m1"] - died.faulted_at
-        assert waited < TIMEOUT + TEARDOWN, f"{backend}: m1 ended {waited:.1f} s after m2 died"
+        bound = TIMEOUT[machines.kind] + TEARDOWN
+        assert waited < bound, f"{backend}: m1 ended {waited:.1f} s after m2 died"
         out = died.output["m1"]
         for rank in (0, 1):
             line = next(ln for ln in out.splitlines() if f"rank {rank} on m1 ({backend}): " in ln)
