@@ -264,9 +264,12 @@ class LaunchedWorker:
             if self._records is not None:
                 self._records.close()
             if dist.is_initialized():
+                store = _own_store(self.launch)
                 if not failing:
                     dist.barrier()  # nobody leaves while another still talks to it
                 dist.destroy_process_group()
+                if store is not None and not failing:
+                    _leave_store_last(store, self.rank, self.world_size)
 
     def __enter__(self) -> "LaunchedWorker":
         return self
@@ -283,6 +286,36 @@ class LaunchedWorker:
             )
             print(f"{where} ({self.backend}): {exc}", file=sys.stderr, flush=True)
             raise SystemExit(1) from None
+
+
+STORE_LINGER = 10.0  # seconds rank 0 waits, at most, for the others to leave its store
+
+
+def _own_store(launch: Launch) -> Any:  # a torch Store (untyped in its stubs), or None
+    """Under torchrun, with its store not shared (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, what
+    `inaemu cluster init` prints: docs/cluster.md), rank 0's process holds the process group's
+    TCPStore server: that store, else None."""
+    if not launch.under_torchrun or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    return dist.distributed_c10d._get_default_store()
+
+
+def _leave_store_last(store: Any, rank: int, world: int) -> None:
+    """Every other rank says it is done with the store; rank 0, which serves it, waits for
+    them before its process ends and takes the server down (bounded by STORE_LINGER). A
+    server taken down at the process's end while others were still connected has aborted
+    rank 0 once ("terminate called without an active exception", SIGABRT)."""
+    key = "inaemu/left"
+    try:
+        if rank != 0:
+            store.add(key, 1)
+            return
+        deadline = time.monotonic() + STORE_LINGER
+        while store.add(key, 0) < world - 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # their last request answered, their connections closing
+    except (RuntimeError, dist.DistError):
+        pass  # a rank gone already: nothing left to wait for
 
 
 def network_failures() -> tuple[type[BaseException], ...]:
