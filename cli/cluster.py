@@ -19,9 +19,9 @@ import argparse
 import os
 import shlex
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from inaemu.common import args as arg
 from inaemu.hostlib.cluster import (
@@ -240,10 +240,26 @@ def setup_machine(
     return done
 
 
-def add_parser(sub: Any) -> None:
-    """`cluster` on `inaemu`'s subparsers."""
-    c = sub.add_parser(
-        "cluster", help="machines that torchrun starts, aggregated by one switch (init, setup)"
+def main(argv: list[str] | None = None) -> int:
+    """`inaemu cluster` (dispatched by `cli/main.py`): every expected failure in one line."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cmd_cluster(args)
+    except arg.ParseOnly:
+        arg.parse_only("inaemu cluster")
+    except KeyboardInterrupt:
+        print("\ninaemu cluster: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as exc:  # TopologyError and ClusterError are ValueErrors
+        print(f"inaemu cluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    c = arg.ArgumentParser(
+        prog="inaemu cluster",
+        description="machines that torchrun starts, aggregated by one switch (docs/cluster.md)",
     )
     c.add_argument(
         "action", choices=("init", "setup"), help="init: write and print; setup: a machine"
@@ -311,4 +327,4 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="setup: transmit offloads off (a veth to a switch that runs in user space)",
     )
-    c.set_defaults(func=cmd_cluster)
+    return c

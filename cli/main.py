@@ -45,7 +45,7 @@ import sys
 
 import finsy as fy
 
-from inaemu.cli import bmv2, cluster, controller, topo
+from inaemu.cli import bmv2, controller, topo
 from inaemu.cli.demo_options import (
     TOPO_SIZE,
     DemoError,
@@ -321,8 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
     ).set_defaults(func=None)
 
     topo.add_parser(sub)
+    sub.add_parser(
+        "cluster",
+        help="machines that torchrun starts, aggregated by one switch: init, setup "
+        "(see inaemu cluster -h)",
+        add_help=False,
+    ).set_defaults(func=None)
     bmv2.add_parser(sub)
-    cluster.add_parser(sub)
     controller.add_parsers(sub)
     return ap
 
@@ -349,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         from inaemu.cli.schedule import main as schedule_main
 
         return schedule_main(argv[1:])
+    if argv[:1] == ["cluster"]:
+        from inaemu.cli.cluster import main as cluster_main
+
+        return cluster_main(argv[1:])
     if argv[:1] == ["train"]:
         from inaemu.cli.train.launcher import main as train_main
 

@@ -47,8 +47,8 @@ def test_a_demo_this_machine_cannot_hold_is_refused(
     assert cli.main(["demo", "--topo", "torus:8x8"]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "inaemu demo: a demo on torus:8x8 needs about 9,834 MiB of memory (64 softswitch "
-        "processes x 70 MiB, 64 workers x 76 MiB, the demo itself 383 MiB, the shared "
+        "inaemu demo: a demo on torus:8x8 needs about 9,882 MiB of memory (64 softswitch "
+        "processes x 70 MiB, 64 workers x 76 MiB, the demo itself 432 MiB, the shared "
         "libraries 100 MiB); this machine has 4,096 MiB available (MemAvailable): choose a "
         "smaller --topo, fewer --workers or a smaller --size, or --no-memory-check if you know "
         "better\n"
