@@ -65,18 +65,20 @@ def cluster_commands(
     directory: str,
     machines: list[Machine],
     cluster: Cluster,
+    topo: Topology,
     *,
     switch_kind: str,
-    switch: str,
-    grpc: str,
-    device_id: int,
     rendezvous: str,
     script: str,
 ) -> ClusterCommands:
+    """The commands for `machines` on the one switch of their topology `topo` (written with
+    `cluster` to `directory`)."""
     topology = str(Path(directory) / TOPOLOGY_NAME)
+    (sw,) = topo.switches.values()
+    switch = sw.name
     if switch_kind == "softswitch":
-        run_switch = ["inaemu", "softswitch", "--name", switch, "--grpc", grpc]
-        run_switch += ["--device-id", str(device_id)]
+        run_switch = ["inaemu", "softswitch", "--name", switch, "--grpc", sw.grpc]
+        run_switch += ["--device-id", str(sw.device_id)]
         run_switch += [x for m in machines for x in ("--iface", f"{m.port}={m.iface}")]
     else:
         run_switch = ["inaemu", "bmv2", "-t", topology]
@@ -178,10 +180,8 @@ def cmd_init(args: argparse.Namespace) -> None:
         args.output,
         machines,
         cluster,
+        topo,
         switch_kind=args.switch,
-        switch=args.name,
-        grpc=args.grpc,
-        device_id=args.device_id,
         rendezvous=rendezvous,
         script=args.script,
     )

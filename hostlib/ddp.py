@@ -275,10 +275,9 @@ class LaunchedWorker:
         return self
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        """Close; a network failure of the allreduce (`NETWORK_FAILURES`: the switch or a peer
-        stopped answering, a machine died: `network_failures`) ends the process with one line on
-        stderr, naming this rank and its machine, and exit status 1, instead of a traceback
-        through DDP."""
+        """Close; a network failure of the allreduce (the switch or a peer stopped answering, a
+        machine died: `network_failures`) ends the process with one line on stderr, naming
+        this rank and its machine, and exit status 1, instead of a traceback through DDP."""
         self.close()
         if isinstance(exc, network_failures()):
             where = f"rank {self.rank}" + (

@@ -189,6 +189,7 @@ def _from_torchrun(environ: Mapping[str, str]) -> Launch:
     settings from the cluster file and its topology, INAEMU_* variables over them."""
     from pathlib import Path
 
+    from inaemu.common.wire import worker_udp_port  # numpy: loaded by the cluster's checks too
     from inaemu.hostlib.cluster import Cluster, ClusterError, find_machine
 
     place: dict[str, int] = {}
@@ -210,7 +211,6 @@ def _from_torchrun(environ: Mapping[str, str]) -> Launch:
     except ClusterError as exc:
         raise LaunchError(f"{CLUSTER}: {exc}") from None
     switch = topo.switches[topo.host_attachment(host.name)[0]]
-    first = INA_UDP_PORT if host.udp_port is None else host.udp_port
     values: dict[str, object] = {
         "backend": cluster.backend,
         "job": cluster.job,
@@ -221,7 +221,7 @@ def _from_torchrun(environ: Mapping[str, str]) -> Launch:
         "ip": host.ip,
         "agg_mac": switch.agg_mac,
         "agg_ip": switch.agg_ip,
-        "udp_port": first + place["LOCAL_RANK"],
+        "udp_port": worker_udp_port(host.udp_port, place["LOCAL_RANK"]),
         "machine": host.name,
     }
     values.update(_env_fields(environ, skip=("rank", "world_size", "local_rank", "rendezvous")))
