@@ -6,9 +6,11 @@ The same commands on namespaces cabled to a switch: tests/test_cluster_netns.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -214,7 +216,7 @@ def test_a_network_failure_ends_a_rank_in_one_line(capsys: pytest.CaptureFixture
     launch = Launch(rank=2, world_size=4, backend="ina-fixedpoint", rendezvous="env://")
     closed = []
     worker = LaunchedWorker(
-        Launch(**{**launch.__dict__, "machine": "m2"}),
+        dataclasses.replace(launch, machine="m2"),
         InaHookState(Client(), None, run=1),  # type: ignore[arg-type]
         lambda: closed.append(True),
     )
@@ -248,14 +250,21 @@ def test_torchrun_on_this_host_trains_as_the_replay(
     assert main(argv) == 0
     env, line = Script.parse(capsys.readouterr().out).torchrun["local"]
     records = tmp_path / "rank{rank}.jsonl"
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", *line[1:], "--steps", "3"],
         env={**os.environ, **env, "INAEMU_RECORDS": str(records)},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=300,
+        start_new_session=True,  # torchrun and its ranks: one process group to stop
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    try:
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:  # timed out or interrupted: none of them is left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out
     from inaemu.cli.train.launcher import BackendRun, merge_records
 
     run = BackendRun("gloo", 0)
